@@ -1,0 +1,3 @@
+module github.com/allot-dev/allot
+
+go 1.26

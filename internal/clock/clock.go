@@ -1,0 +1,179 @@
+// Package clock injects time into Allot's algorithms and loops.
+// Production code uses Real; tests use a Fake that moves only when told to.
+package clock
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// Clock tells the time and makes timers. Code that decides anything from the
+// time takes a Clock (or an explicit now) so that tests never sleep.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the part of *time.Timer that Allot uses.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+	Reset(d time.Duration)
+}
+
+// Real returns the wall and monotonic clock of the machine.
+func Real() Clock { return realClock{} }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time   { return r.t.C }
+func (r realTimer) Stop() bool            { return r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
+
+// Fake is a Clock that moves only through Advance and Set. Its timers fire
+// inside Advance, in deadline order, so a test controls every instant.
+// The zero value is not usable; call NewFake.
+type Fake struct {
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	changed chan struct{} // closed and replaced whenever timers change
+}
+
+// NewFake returns a Fake clock that reads start.
+func NewFake(start time.Time) *Fake {
+	return &Fake{now: start, changed: make(chan struct{})}
+}
+
+// Now returns the fake instant.
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+// Advance moves the clock forward by d and fires every timer due by then.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	now := f.now
+	var due []*fakeTimer
+	kept := f.timers[:0]
+	for _, t := range f.timers {
+		if !t.when.After(now) {
+			due = append(due, t)
+			t.active = false
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	clear(f.timers[len(kept):])
+	f.timers = kept
+	f.notifyLocked()
+	f.mu.Unlock()
+	slices.SortStableFunc(due, func(a, b *fakeTimer) int { return a.when.Compare(b.when) })
+	for _, t := range due {
+		select {
+		case t.c <- now:
+		default: // like time.Timer, a fired timer's channel holds one value
+		}
+	}
+}
+
+// Timers reports how many timers are armed: a test waits until a goroutine
+// under test is parked on a timer before it advances the clock.
+func (f *Fake) Timers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+// WaitTimers blocks until at least n timers are armed or the deadline of
+// real time passes; it reports whether n were reached. It spares tests from
+// sleeping to let a goroutine reach its wait.
+func (f *Fake) WaitTimers(n int, within time.Duration) bool {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		got, changed := len(f.timers), f.changed
+		f.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// NewTimer returns a timer that fires when the fake clock reaches now+d.
+func (f *Fake) NewTimer(d time.Duration) Timer {
+	t := &fakeTimer{f: f, c: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+func (f *Fake) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+type fakeTimer struct {
+	f      *Fake
+	c      chan time.Time
+	when   time.Time
+	active bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+func (t *fakeTimer) Stop() bool {
+	t.f.mu.Lock()
+	defer t.f.mu.Unlock()
+	return t.removeLocked()
+}
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	t.f.mu.Lock()
+	t.removeLocked()
+	t.when = t.f.now.Add(d)
+	fire := d <= 0
+	if !fire {
+		t.active = true
+		t.f.timers = append(t.f.timers, t)
+		t.f.notifyLocked()
+	}
+	now := t.f.now
+	t.f.mu.Unlock()
+	if fire {
+		select {
+		case t.c <- now:
+		default:
+		}
+	}
+}
+
+func (t *fakeTimer) removeLocked() bool {
+	if !t.active {
+		return false
+	}
+	t.active = false
+	for i, o := range t.f.timers {
+		if o == t {
+			t.f.timers = append(t.f.timers[:i], t.f.timers[i+1:]...)
+			break
+		}
+	}
+	t.f.notifyLocked()
+	return true
+}
