@@ -1,0 +1,82 @@
+package rules
+
+import (
+	"fmt"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+var algorithmToProto = map[Algorithm]allotv1.Algorithm{
+	TokenBucket:   allotv1.Algorithm_ALGORITHM_TOKEN_BUCKET,
+	FixedWindow:   allotv1.Algorithm_ALGORITHM_FIXED_WINDOW,
+	SlidingWindow: allotv1.Algorithm_ALGORITHM_SLIDING_WINDOW,
+	SlidingLog:    allotv1.Algorithm_ALGORITHM_SLIDING_LOG,
+}
+
+// ToProto is the wire form of the set, as GetRules returns it.
+func (s *Set) ToProto() *allotv1.GetRulesResponse {
+	out := &allotv1.GetRulesResponse{Version: s.version}
+	for _, r := range s.list {
+		failure := allotv1.Failure_FAILURE_OPEN
+		if r.Failure == FailClosed {
+			failure = allotv1.Failure_FAILURE_CLOSED
+		}
+		out.Rules = append(out.Rules, &allotv1.Rule{
+			Name:      r.Name,
+			Algorithm: algorithmToProto[r.Algorithm],
+			Limit:     r.Limit,
+			Period:    durationpb.New(r.Period),
+			Burst:     r.Burst,
+			Failure:   failure,
+			Strict:    r.Strict,
+			Lease: &allotv1.LeaseTuning{
+				Min:     r.Lease.Min,
+				Max:     r.Lease.Max,
+				Ttl:     durationpb.New(r.Lease.TTL),
+				Refresh: durationpb.New(r.Lease.Refresh),
+			},
+		})
+	}
+	return out
+}
+
+// FromProto rebuilds a set from GetRules, validating it as a file would be.
+func FromProto(resp *allotv1.GetRulesResponse) (*Set, error) {
+	list := make([]Rule, 0, len(resp.GetRules()))
+	for i, pr := range resp.GetRules() {
+		r := Rule{
+			Name:   pr.GetName(),
+			Limit:  pr.GetLimit(),
+			Period: pr.GetPeriod().AsDuration(),
+			Burst:  pr.GetBurst(),
+			Strict: pr.GetStrict(),
+			Lease: LeaseTuning{
+				Min:     pr.GetLease().GetMin(),
+				Max:     pr.GetLease().GetMax(),
+				TTL:     pr.GetLease().GetTtl().AsDuration(),
+				Refresh: pr.GetLease().GetRefresh().AsDuration(),
+			},
+		}
+		for a, p := range algorithmToProto {
+			if p == pr.GetAlgorithm() {
+				r.Algorithm = a
+			}
+		}
+		switch pr.GetFailure() {
+		case allotv1.Failure_FAILURE_OPEN:
+			r.Failure = FailOpen
+		case allotv1.Failure_FAILURE_CLOSED:
+			r.Failure = FailClosed
+		}
+		if r.Algorithm == 0 {
+			return nil, fmt.Errorf("rules[%d] %q: algorithm %v is not known to this client", i, r.Name, pr.GetAlgorithm())
+		}
+		list = append(list, r)
+	}
+	s, err := NewSet(list)
+	if err != nil {
+		return nil, fmt.Errorf("rules from the allocator: %w", err)
+	}
+	return s, nil
+}

@@ -1,0 +1,253 @@
+// Package rules defines Allot's rate-limit rules and loads them from YAML.
+// A Set is immutable once built; reloading builds a new Set.
+package rules
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm is how a rule counts.
+type Algorithm int
+
+// The algorithms a rule may use. Sliding-log rules are exact and strict:
+// they are decided centrally for each request, never leased.
+const (
+	TokenBucket Algorithm = iota + 1
+	FixedWindow
+	SlidingWindow
+	SlidingLog
+)
+
+var algorithmNames = map[Algorithm]string{
+	TokenBucket:   "token_bucket",
+	FixedWindow:   "fixed_window",
+	SlidingWindow: "sliding_window",
+	SlidingLog:    "sliding_log",
+}
+
+func (a Algorithm) String() string {
+	if s, ok := algorithmNames[a]; ok {
+		return s
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// ParseAlgorithm reads the YAML spelling of an algorithm.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, name := range algorithmNames {
+		if s == name {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, fixed_window, sliding_window or sliding_log)", s)
+}
+
+// Failure is what a node does when it holds no lease and cannot reach the
+// allocator.
+type Failure int
+
+const (
+	// FailOpen admits at the node's fallback share, limit/N.
+	FailOpen Failure = iota + 1
+	// FailClosed denies: for security limits (logins, password resets).
+	FailClosed
+)
+
+func (f Failure) String() string {
+	switch f {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("Failure(%d)", int(f))
+}
+
+// Rule is one named policy. Build rules through Parse, Load or Validate so
+// that defaults are filled and limits are checked.
+type Rule struct {
+	Name      string
+	Algorithm Algorithm
+	Limit     int64         // tokens per Period
+	Period    time.Duration //
+	Burst     int64         // capacity; equals Limit for window algorithms
+	Failure   Failure
+	Strict    bool // decided by Check for every request; true for sliding_log
+	Lease     LeaseTuning
+}
+
+// LeaseTuning bounds the leases nodes ask for.
+type LeaseTuning struct {
+	Min     int64         // smallest lease a node asks for; default 1
+	Max     int64         // largest lease; default the capacity
+	TTL     time.Duration // how long a lease may be used; default min(Period, 2s)
+	Refresh time.Duration // target time between refills of a busy key; default TTL/10
+}
+
+// Bounds on what a rule may say. They keep arithmetic exact in float64
+// (Redis Lua has no integers) and the sliding log's memory small.
+const (
+	MaxLimit         = int64(1) << 40
+	MaxSlidingLog    = 10_000 // one entry per token: small strict limits only
+	MinPeriod        = time.Millisecond
+	MaxPeriod        = 366 * 24 * time.Hour
+	MaxLeaseTTL      = time.Hour
+	MaxNameLength    = 64
+	defaultLeaseTTL  = 2 * time.Second
+	refreshPerTTL    = 10
+	minLeaseDuration = time.Millisecond
+)
+
+// Capacity is the most tokens the rule's state can hold: the burst of a
+// token bucket, the limit of a window or a log.
+func (r *Rule) Capacity() int64 {
+	if r.Algorithm == TokenBucket {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+// Rate is the sustained rate in tokens per second.
+func (r *Rule) Rate() float64 { return float64(r.Limit) / r.Period.Seconds() }
+
+// Leasable reports whether nodes may hold leases on the rule's keys.
+func (r *Rule) Leasable() bool { return !r.Strict && r.Algorithm != SlidingLog }
+
+// FieldError is a validation error that names the rule and the field.
+// Loaders add the file and the line.
+type FieldError struct {
+	File  string
+	Line  int
+	Rule  string // the rule's name, or "#3" when it has none yet
+	Field string // e.g. "lease.max"
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	loc := e.File
+	if loc == "" {
+		loc = "rules"
+	}
+	if e.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", loc, e.Line)
+	}
+	if e.Rule == "" {
+		return fmt.Sprintf("%s: %s: %s", loc, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: rule %s: field %s: %s", loc, e.Rule, e.Field, e.Msg)
+}
+
+// Normalize fills the defaults of r and checks every field. The error is a
+// *FieldError naming the first bad field.
+func (r *Rule) Normalize() error {
+	bad := func(field, format string, args ...any) error {
+		return &FieldError{Rule: quoteName(r.Name), Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if err := checkName(r.Name); err != nil {
+		return bad("name", "%v", err)
+	}
+	if _, ok := algorithmNames[r.Algorithm]; !ok {
+		return bad("algorithm", "is required (token_bucket, fixed_window, sliding_window or sliding_log)")
+	}
+	if r.Limit <= 0 || r.Limit > MaxLimit {
+		return bad("limit", "must be between 1 and %d, got %d", MaxLimit, r.Limit)
+	}
+	if r.Period < MinPeriod || r.Period > MaxPeriod {
+		return bad("period", "must be between %v and %v, got %v", MinPeriod, MaxPeriod, r.Period)
+	}
+	if err := r.normalizeBurst(bad); err != nil {
+		return err
+	}
+	if r.Failure == 0 {
+		r.Failure = FailOpen
+	}
+	if r.Failure != FailOpen && r.Failure != FailClosed {
+		return bad("failure", "must be open or closed")
+	}
+	if r.Algorithm == SlidingLog {
+		if r.Limit > MaxSlidingLog {
+			return bad("limit", "a sliding_log keeps one entry per token: at most %d, got %d (use sliding_window)", MaxSlidingLog, r.Limit)
+		}
+		r.Strict = true
+	}
+	return r.normalizeLease(bad)
+}
+
+func (r *Rule) normalizeBurst(bad func(string, string, ...any) error) error {
+	if r.Algorithm != TokenBucket {
+		if r.Burst != 0 && r.Burst != r.Limit {
+			return bad("burst", "only token_bucket rules have a burst; %s holds its limit (%d)", r.Algorithm, r.Limit)
+		}
+		r.Burst = r.Limit
+		return nil
+	}
+	if r.Burst == 0 {
+		r.Burst = r.Limit
+	}
+	if r.Burst < 0 || r.Burst > MaxLimit {
+		return bad("burst", "must be between 1 and %d, got %d", MaxLimit, r.Burst)
+	}
+	if r.Rate() > float64(MaxLimit) {
+		return bad("period", "rate of %g tokens/s is above %d", r.Rate(), MaxLimit)
+	}
+	return nil
+}
+
+func (r *Rule) normalizeLease(bad func(string, string, ...any) error) error {
+	l := &r.Lease
+	if l.Min == 0 {
+		l.Min = 1
+	}
+	if l.Max == 0 {
+		l.Max = r.Capacity()
+	}
+	if l.Min < 0 || l.Min > r.Capacity() {
+		return bad("lease.min", "must be between 1 and the capacity %d, got %d", r.Capacity(), l.Min)
+	}
+	if l.Max < l.Min || l.Max > r.Capacity() {
+		return bad("lease.max", "must be between lease.min (%d) and the capacity %d, got %d", l.Min, r.Capacity(), l.Max)
+	}
+	if l.TTL == 0 {
+		l.TTL = min(r.Period, defaultLeaseTTL)
+	}
+	if l.TTL < minLeaseDuration || l.TTL > MaxLeaseTTL {
+		return bad("lease.ttl", "must be between %v and %v, got %v", minLeaseDuration, MaxLeaseTTL, l.TTL)
+	}
+	if l.Refresh == 0 {
+		l.Refresh = max(l.TTL/refreshPerTTL, minLeaseDuration)
+	}
+	if l.Refresh < minLeaseDuration || l.Refresh > l.TTL {
+		return bad("lease.refresh", "must be between %v and lease.ttl (%v), got %v", minLeaseDuration, l.TTL, l.Refresh)
+	}
+	return nil
+}
+
+// checkName keeps names safe in Redis keys, metrics labels and logs.
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("is required")
+	}
+	if len(name) > MaxNameLength {
+		return fmt.Errorf("is %d bytes, at most %d", len(name), MaxNameLength)
+	}
+	for i, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			i > 0 && (c == '-' || c == '_' || c == '.')
+		if !ok {
+			return fmt.Errorf("%q: use letters, digits, '-', '_' and '.', starting with a letter or digit", name)
+		}
+	}
+	return nil
+}
+
+// ValidName reports whether s could name a rule; the server uses it to
+// reject garbage before looking a rule up.
+func ValidName(s string) error { return checkName(s) }
+
+func quoteName(name string) string {
+	if name == "" {
+		return ""
+	}
+	return fmt.Sprintf("%q", name)
+}

@@ -1,0 +1,249 @@
+package rules
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads and validates a rules file. Errors name the file, the line, the
+// rule and the field.
+func Load(path string) (*Set, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	return Parse(path, data)
+}
+
+//go:embed example.yaml
+var exampleYAML []byte
+
+// ExampleYAML is the built-in rule set the allocator serves when it is given
+// no rules file; the README shows it.
+func ExampleYAML() []byte { return bytes.Clone(exampleYAML) }
+
+// Example returns the built-in rule set.
+func Example() *Set {
+	s, err := Parse("built-in example", exampleYAML)
+	if err != nil {
+		panic("rules: the built-in example is invalid: " + err.Error()) // caught by TestExampleIsValid
+	}
+	return s
+}
+
+// Parse validates a rules document; file names it in errors.
+func Parse(file string, data []byte) (*Set, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &FieldError{File: file, Field: "rules", Msg: "the file is empty"}
+		}
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	p := parser{file: file}
+	list, err := p.document(&doc)
+	if err != nil {
+		return nil, err
+	}
+	set, err := NewSet(list)
+	if err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			fe.File = file
+			fe.Line = p.lineOf(fe)
+		}
+		return nil, err
+	}
+	return set, nil
+}
+
+type parser struct {
+	file  string
+	lines map[string]int // "rule\x00field" -> line, for errors found by Normalize
+}
+
+func (p *parser) fail(n *yaml.Node, rule, field, format string, args ...any) error {
+	return &FieldError{File: p.file, Line: n.Line, Rule: rule, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *parser) lineOf(fe *FieldError) int {
+	if l, ok := p.lines[fe.Rule+"\x00"+fe.Field]; ok {
+		return l
+	}
+	return p.lines[fe.Rule+"\x00"]
+}
+
+func (p *parser) document(doc *yaml.Node) ([]Rule, error) {
+	root := doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, p.fail(root, "", "rules", "the file must be a mapping with a 'rules' list")
+	}
+	var seq *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if k.Value != "rules" {
+			return nil, p.fail(k, "", k.Value, "unknown top-level field (the file holds only 'rules')")
+		}
+		seq = v
+	}
+	if seq == nil {
+		return nil, p.fail(root, "", "rules", "missing")
+	}
+	if seq.Kind != yaml.SequenceNode {
+		return nil, p.fail(seq, "", "rules", "must be a list of rules")
+	}
+	p.lines = make(map[string]int)
+	out := make([]Rule, 0, len(seq.Content))
+	for i, item := range seq.Content {
+		r, err := p.rule(i, item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (p *parser) rule(index int, n *yaml.Node) (Rule, error) {
+	var r Rule
+	label := fmt.Sprintf("#%d", index+1)
+	if n.Kind != yaml.MappingNode {
+		return r, p.fail(n, label, "", "must be a mapping of fields")
+	}
+	// The name first, so every later error can name the rule.
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "name" {
+			r.Name = n.Content[i+1].Value
+			if r.Name != "" {
+				label = quoteName(r.Name)
+			}
+		}
+	}
+	p.lines[label+"\x00"] = n.Line
+	seen := make(map[string]bool)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if seen[k.Value] {
+			return r, p.fail(k, label, k.Value, "given twice")
+		}
+		seen[k.Value] = true
+		p.lines[label+"\x00"+k.Value] = k.Line
+		if err := p.field(&r, label, k.Value, v); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
+	var err error
+	switch name {
+	case "name":
+		if v.Kind != yaml.ScalarNode {
+			err = errors.New("must be a string")
+		}
+	case "algorithm":
+		r.Algorithm, err = ParseAlgorithm(v.Value)
+	case "limit":
+		r.Limit, err = scalarInt(v)
+	case "period":
+		r.Period, err = scalarDuration(v)
+	case "burst":
+		r.Burst, err = scalarInt(v)
+	case "failure":
+		r.Failure, err = parseFailure(v.Value)
+	case "strict":
+		r.Strict, err = strconv.ParseBool(v.Value)
+	case "lease":
+		return p.lease(&r.Lease, label, v)
+	default:
+		err = errors.New("unknown field (name, algorithm, limit, period, burst, failure, strict, lease)")
+	}
+	if err != nil {
+		return p.fail(v, label, name, "%v", err)
+	}
+	return nil
+}
+
+func (p *parser) lease(l *LeaseTuning, label string, n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return p.fail(n, label, "lease", "must be a mapping (min, max, ttl, refresh)")
+	}
+	seen := make(map[string]bool)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		field := "lease." + k.Value
+		if seen[field] {
+			return p.fail(k, label, field, "given twice")
+		}
+		seen[field] = true
+		p.lines[label+"\x00"+field] = k.Line
+		var err error
+		switch k.Value {
+		case "min":
+			l.Min, err = scalarInt(v)
+		case "max":
+			l.Max, err = scalarInt(v)
+		case "ttl":
+			l.TTL, err = scalarDuration(v)
+		case "refresh":
+			l.Refresh, err = scalarDuration(v)
+		default:
+			err = errors.New("unknown field (min, max, ttl, refresh)")
+		}
+		if err != nil {
+			return p.fail(v, label, field, "%v", err)
+		}
+	}
+	return nil
+}
+
+func scalarInt(v *yaml.Node) (int64, error) {
+	if v.Kind != yaml.ScalarNode {
+		return 0, errors.New("must be a whole number")
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("must be a whole number, got %q", v.Value)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("must not be negative, got %d", n)
+	}
+	return n, nil
+}
+
+func scalarDuration(v *yaml.Node) (time.Duration, error) {
+	if v.Kind != yaml.ScalarNode {
+		return 0, errors.New("must be a duration such as 1s, 1m or 1h")
+	}
+	d, err := time.ParseDuration(v.Value)
+	if err != nil {
+		return 0, fmt.Errorf("must be a duration such as 1s, 1m or 1h, got %q", v.Value)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("must be positive, got %v", d)
+	}
+	return d, nil
+}
+
+func parseFailure(s string) (Failure, error) {
+	switch s {
+	case "open":
+		return FailOpen, nil
+	case "closed":
+		return FailClosed, nil
+	}
+	return 0, fmt.Errorf("must be open or closed, got %q", s)
+}
