@@ -1,0 +1,324 @@
+package store
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// This file is the reference semantics of every store. Time is integer
+// microseconds from the store's own clock (Redis TIME, or the memory store's
+// injected clock), never the caller's. Token counts are float64, as in Redis
+// Lua; the scripts in lua/ perform the same operations in the same order so
+// that both stores reach the same numbers.
+
+// state is one (rule, key). What a field holds depends on the algorithm.
+type state struct {
+	tokens  float64 // token bucket: tokens held; windows: count of the current window
+	prev    float64 // sliding window: count of the previous window
+	stamp   int64   // token bucket: µs of the last refill; windows: the window index
+	log     []int64 // sliding log: µs of each admitted token, ascending
+	holders map[string]holder
+	expires int64 // µs after which the state may be forgotten
+}
+
+type holder struct {
+	until int64 // µs
+	want  int64
+}
+
+// newState is what a missing key means: a full bucket, an empty window.
+func newState(r *rules.Rule, now int64) *state {
+	st := &state{}
+	if r.Algorithm == rules.TokenBucket {
+		st.tokens, st.stamp = float64(r.Burst), now
+	}
+	return st
+}
+
+func periodUS(r *rules.Rule) int64 { return r.Period.Microseconds() }
+
+func ratePerUS(r *rules.Rule) float64 { return float64(r.Limit) / float64(periodUS(r)) }
+
+func us(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
+
+func ceilUS(f float64) int64 { return int64(math.Ceil(f)) }
+
+// refill adds the tokens earned since the last refill. A clock that steps
+// back earns nothing and does not move the stamp back.
+func (st *state) refill(r *rules.Rule, now int64) {
+	if now > st.stamp {
+		st.tokens = math.Min(float64(r.Burst), st.tokens+float64(now-st.stamp)*ratePerUS(r))
+		st.stamp = now
+	}
+}
+
+// roll moves a window state to the window holding now and returns that
+// window's index and start.
+func (st *state) roll(r *rules.Rule, now int64) (epoch, start int64) {
+	p := periodUS(r)
+	epoch = now / p
+	if st.stamp != epoch {
+		if r.Algorithm == rules.SlidingWindow && st.stamp == epoch-1 {
+			st.prev = st.tokens
+		} else {
+			st.prev = 0
+		}
+		st.tokens, st.stamp = 0, epoch
+	}
+	return epoch, epoch * p
+}
+
+// estimate is the sliding window counter: the previous window weighted by
+// how much of it the sliding window still covers, plus the current one.
+func (st *state) estimate(r *rules.Rule, now, start int64) float64 {
+	p := float64(periodUS(r))
+	weight := (p - float64(now-start)) / p
+	return st.prev*weight + st.tokens
+}
+
+// hold records node as a holder wanting want until now+ttl, forgets expired
+// holders, and returns the wants of the other active holders and the count.
+func (st *state) hold(node string, want, now, ttl int64) (others []int64, count int) {
+	if st.holders == nil {
+		st.holders = make(map[string]holder)
+	}
+	for n, h := range st.holders {
+		if h.until <= now {
+			delete(st.holders, n)
+		} else if n != node {
+			others = append(others, h.want)
+		}
+	}
+	st.holders[node] = holder{until: now + ttl, want: want}
+	return others, len(st.holders)
+}
+
+// fairGrant lends at most want and at most avail. When the holders together
+// want more than avail, it water-fills: every holder may take up to the
+// level at which the wants, each capped at the level, sum to avail. So a
+// greedy node gets what the modest ones leave, never their share. A share
+// that rounds to zero still lends one token, so a tiny limit spread over many
+// holders cannot lock every one of them out.
+func fairGrant(avail, want int64, others []int64) int64 {
+	if want <= 0 || avail <= 0 {
+		return 0
+	}
+	total := want
+	for _, w := range others {
+		total += w
+	}
+	if total <= avail {
+		return want
+	}
+	wants := append(slices.Clone(others), want)
+	slices.Sort(wants)
+	rem, n := float64(avail), float64(len(wants))
+	level := math.Inf(1)
+	for _, w := range wants {
+		share := rem / n
+		if float64(w) > share {
+			level = share
+			break
+		}
+		rem -= float64(w)
+		n--
+	}
+	g := min(want, int64(math.Floor(math.Min(level, float64(want)))))
+	if g < 1 {
+		g = 1
+	}
+	return g
+}
+
+// acquire grants one lease. consumed is debited first; a token bucket may go
+// into debt of at most one capacity, a window's count at most 2x its limit.
+func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
+	ttl := r.Lease.TTL.Microseconds()
+	switch r.Algorithm {
+	case rules.TokenBucket:
+		return st.acquireBucket(r, now, ttl, req)
+	default:
+		return st.acquireWindow(r, now, ttl, req)
+	}
+}
+
+func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
+	capacity, rate := float64(r.Burst), ratePerUS(r)
+	st.refill(r, now)
+	st.tokens = math.Max(st.tokens-float64(req.Consumed), -capacity)
+	others, holders := st.hold(req.Node, req.Want, now, ttl)
+	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
+	st.tokens -= float64(g)
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders}
+	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+	if g < req.Want {
+		need := math.Min(float64(req.Want-g), capacity)
+		if st.tokens < need {
+			l.RetryAfter = us(ceilUS((need - st.tokens) / rate))
+		}
+	}
+	st.expires = now + ceilUS((capacity-st.tokens)/rate) + ttl
+	return l
+}
+
+func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
+	limit, p := float64(r.Limit), periodUS(r)
+	epoch, start := st.roll(r, now)
+	st.tokens = math.Min(st.tokens+float64(req.Consumed), 2*limit)
+	others, holders := st.hold(req.Node, req.Want, now, ttl)
+	used := st.tokens
+	if r.Algorithm == rules.SlidingWindow {
+		used = st.estimate(r, now, start)
+	}
+	g := fairGrant(int64(math.Floor(math.Max(limit-used, 0))), req.Want, others)
+	st.tokens += float64(g)
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Epoch: epoch}
+	l.Remaining = int64(math.Floor(math.Max(limit-used-float64(g), 0)))
+	end := start + p
+	if r.Algorithm == rules.FixedWindow {
+		// Tokens of a window die with it: the window never exceeds its limit.
+		l.TTL = us(min(ttl, end-now))
+		if g < req.Want && l.Remaining == 0 {
+			l.RetryAfter = us(end - now)
+		}
+		st.expires = end + ttl
+		return l
+	}
+	if g < req.Want {
+		l.RetryAfter = us(st.slidingRetry(r, now, start, min(req.Want-g, r.Limit)))
+	}
+	st.expires = start + 2*p + ttl
+	return l
+}
+
+// slidingRetry is how long until a sliding window admits cost more tokens.
+func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64) int64 {
+	limit, p := float64(r.Limit), float64(periodUS(r))
+	room := limit - float64(cost) - st.tokens
+	if room >= 0 {
+		if st.prev <= room {
+			return 0
+		}
+		// The previous window's weight must fall to room/prev.
+		at := float64(start) + p*(1-room/st.prev)
+		return max(0, ceilUS(at-float64(now)))
+	}
+	// Wait for this window to become the previous one and fade enough.
+	at := float64(start) + p + p*(1-(limit-float64(cost))/st.tokens)
+	return max(0, ceilUS(at-float64(now)))
+}
+
+// release credits returned tokens (never above capacity, never into a window
+// that has ended) and forgets the node as a holder.
+func (st *state) release(r *rules.Rule, now int64, ret *Return) {
+	delete(st.holders, ret.Node)
+	n := float64(ret.Tokens)
+	switch r.Algorithm {
+	case rules.TokenBucket:
+		st.refill(r, now)
+		st.tokens = math.Min(float64(r.Burst), st.tokens+n)
+	case rules.FixedWindow, rules.SlidingWindow:
+		epoch, _ := st.roll(r, now)
+		switch ret.Epoch {
+		case epoch:
+			st.tokens = math.Max(st.tokens-n, 0)
+		case epoch - 1:
+			st.prev = math.Max(st.prev-n, 0)
+		}
+	}
+}
+
+// check decides one request of cost tokens, which the caller has checked
+// against the capacity.
+func (st *state) check(r *rules.Rule, now, cost int64) Decision {
+	switch r.Algorithm {
+	case rules.TokenBucket:
+		return st.checkBucket(r, now, cost)
+	case rules.SlidingLog:
+		return st.checkLog(r, now, cost)
+	default:
+		return st.checkWindow(r, now, cost)
+	}
+}
+
+func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
+	capacity, rate := float64(r.Burst), ratePerUS(r)
+	st.refill(r, now)
+	d := Decision{Limit: r.Limit}
+	if st.tokens >= float64(cost) {
+		st.tokens -= float64(cost)
+		d.Allowed = true
+	} else {
+		d.RetryAfter = us(ceilUS((float64(cost) - st.tokens) / rate))
+	}
+	d.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+	d.ResetAfter = us(ceilUS((capacity - st.tokens) / rate))
+	st.expires = now + ceilUS((capacity-st.tokens)/rate) + r.Lease.TTL.Microseconds()
+	return d
+}
+
+func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
+	limit, p := float64(r.Limit), periodUS(r)
+	_, start := st.roll(r, now)
+	used := st.tokens
+	if r.Algorithm == rules.SlidingWindow {
+		used = st.estimate(r, now, start)
+	}
+	d := Decision{Limit: r.Limit}
+	if used+float64(cost) <= limit {
+		st.tokens += float64(cost)
+		used += float64(cost)
+		d.Allowed = true
+	}
+	d.Remaining = int64(math.Floor(math.Max(limit-used, 0)))
+	end := start + p
+	if r.Algorithm == rules.FixedWindow {
+		if !d.Allowed {
+			d.RetryAfter = us(end - now)
+		}
+		d.ResetAfter = us(end - now)
+		st.expires = end + r.Lease.TTL.Microseconds()
+		return d
+	}
+	if !d.Allowed {
+		d.RetryAfter = us(st.slidingRetry(r, now, start, cost))
+	}
+	switch {
+	case st.tokens > 0:
+		d.ResetAfter = us(start + 2*p - now)
+	case st.prev > 0:
+		d.ResetAfter = us(end - now)
+	}
+	st.expires = start + 2*p + r.Lease.TTL.Microseconds()
+	return d
+}
+
+// checkLog keeps one timestamp per admitted token; an entry counts while it
+// is younger than the period.
+func (st *state) checkLog(r *rules.Rule, now, cost int64) Decision {
+	p := periodUS(r)
+	drop := 0
+	for drop < len(st.log) && st.log[drop] <= now-p {
+		drop++
+	}
+	st.log = st.log[drop:]
+	d := Decision{Limit: r.Limit}
+	n := int64(len(st.log))
+	if n+cost <= r.Limit {
+		for range cost {
+			st.log = append(st.log, now)
+		}
+		d.Allowed = true
+	} else {
+		d.RetryAfter = us(st.log[n+cost-r.Limit-1] + p - now)
+	}
+	d.Remaining = r.Limit - int64(len(st.log))
+	if len(st.log) > 0 {
+		d.ResetAfter = us(st.log[len(st.log)-1] + p - now)
+	}
+	st.expires = now + p
+	return d
+}

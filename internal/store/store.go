@@ -1,0 +1,71 @@
+// Package store keeps the authoritative state of every (rule, key): in Redis
+// through Lua scripts, or in memory for a single allocator. Both implement
+// Store with the same semantics, which core.go defines and storetest checks.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Store grants leases and makes single decisions. Each (rule, key) is
+// changed in one atomic step; a batch is one round trip to the backend.
+type Store interface {
+	// Acquire grants leases, one per request, in order.
+	Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, error)
+	// Release credits unused tokens back and forgets the node as a holder.
+	Release(ctx context.Context, rets []Return) error
+	// Check decides one request of cost tokens.
+	Check(ctx context.Context, rule *rules.Rule, key string, cost int64) (Decision, error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// AcquireRequest asks for a lease for one node on one (rule, key).
+type AcquireRequest struct {
+	Rule     *rules.Rule
+	Key      string
+	Node     string
+	Want     int64 // tokens wanted, >= 0
+	Consumed int64 // tokens admitted outside a lease, to debit first, >= 0
+}
+
+// Lease is what the store lent.
+type Lease struct {
+	Granted    int64
+	Remaining  int64         // whole tokens left after the grant
+	TTL        time.Duration // how long the node may use the tokens
+	RetryAfter time.Duration // when Granted < Want: when asking again may pay
+	Holders    int           // active holders of the key, the caller included
+	Epoch      int64         // window index for window rules, 0 otherwise
+}
+
+// Return gives back tokens of a lease.
+type Return struct {
+	Rule   *rules.Rule
+	Key    string
+	Node   string
+	Tokens int64
+	Epoch  int64
+}
+
+// Decision is the answer to Check.
+type Decision struct {
+	Allowed    bool
+	Limit      int64
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+}
+
+var (
+	// ErrUnavailable wraps every failure to reach the backend.
+	ErrUnavailable = errors.New("store: unavailable")
+	// ErrNotLeasable is returned by Acquire for strict rules.
+	ErrNotLeasable = errors.New("store: rule is strict and cannot be leased")
+	// ErrCostAboveCapacity is returned by Check for a cost that can never pass.
+	ErrCostAboveCapacity = errors.New("store: cost exceeds the rule's capacity")
+)

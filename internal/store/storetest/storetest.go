@@ -1,0 +1,469 @@
+// Package storetest is the conformance suite every store.Store passes: the
+// same assertions against the memory store (fake clock) and a real Redis.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/store"
+)
+
+// Harness adapts a store to the suite.
+type Harness struct {
+	// New returns a store for one test. Stores may be shared between tests:
+	// every test uses rule names of its own.
+	New func(t *testing.T) store.Store
+	// Advance moves the store's clock forward by at least d. A store on a
+	// real clock sleeps.
+	Advance func(t *testing.T, d time.Duration)
+}
+
+var ruleSeq atomic.Int64
+
+// rule returns a normalized copy of r named uniquely for this test run, so
+// that tests sharing one Redis never meet.
+func rule(t *testing.T, r rules.Rule) *rules.Rule {
+	t.Helper()
+	r.Name = fmt.Sprintf("st%d-%d-%s", time.Now().UnixNano()%1e9, ruleSeq.Add(1), r.Name)
+	if len(r.Name) > rules.MaxNameLength {
+		r.Name = r.Name[:rules.MaxNameLength]
+	}
+	if err := r.Normalize(); err != nil {
+		t.Fatalf("test rule: %v", err)
+	}
+	return &r
+}
+
+// A day-long period keeps refill negligible for the length of a test even
+// on a store whose clock runs by itself (100 tokens a day is one token every
+// 14 minutes), so counts are exact.
+const slow = 24 * time.Hour
+
+func bucketRule(t *testing.T, capacity int64) *rules.Rule {
+	return rule(t, rules.Rule{Name: "tb", Algorithm: rules.TokenBucket, Limit: capacity, Period: slow})
+}
+
+func acquire(t *testing.T, s store.Store, r *rules.Rule, key, node string, want, consumed int64) store.Lease {
+	t.Helper()
+	ls, err := s.Acquire(context.Background(), []store.AcquireRequest{{Rule: r, Key: key, Node: node, Want: want, Consumed: consumed}})
+	if err != nil {
+		t.Fatalf("Acquire(%s, want %d, consumed %d): %v", node, want, consumed, err)
+	}
+	if len(ls) != 1 {
+		t.Fatalf("Acquire returned %d leases for 1 request", len(ls))
+	}
+	return ls[0]
+}
+
+func check(t *testing.T, s store.Store, r *rules.Rule, key string, cost int64) store.Decision {
+	t.Helper()
+	d, err := s.Check(context.Background(), r, key, cost)
+	if err != nil {
+		t.Fatalf("Check(cost %d): %v", cost, err)
+	}
+	return d
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		f    func(*testing.T, Harness)
+	}{
+		{"BucketGrantsUpToAvailable", testBucketGrants},
+		{"BucketConsumedIsDebited", testBucketConsumed},
+		{"BucketDebtIsBounded", testBucketDebt},
+		{"BucketReleaseCappedAtCapacity", testBucketRelease},
+		{"BucketRefills", testBucketRefills},
+		{"FairShareAcrossHolders", testFairShare},
+		{"HoldersExpire", testHoldersExpire},
+		{"ReleaseForgetsHolder", testReleaseForgetsHolder},
+		{"BatchKeepsOrder", testBatchOrder},
+		{"FixedWindowLeaseEndsWithWindow", testFixedWindowLease},
+		{"FixedWindowDropsOldReturns", testFixedWindowOldReturn},
+		{"SlidingWindowCountsPrevious", testSlidingWindow},
+		{"CheckBucket", testCheckBucket},
+		{"CheckFixedWindow", testCheckFixedWindow},
+		{"CheckSlidingLog", testCheckSlidingLog},
+		{"CheckCostAboveCapacity", testCheckCostAboveCapacity},
+		{"StrictRulesAreNotLeased", testStrictNotLeased},
+		{"KeysAreIndependent", testKeysIndependent},
+		{"ConcurrentChecksCountExactly", testConcurrentChecks},
+		{"ConcurrentAcquiresNeverOvergrant", testConcurrentAcquires},
+		{"CanceledContext", testCanceledContext},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, h) })
+	}
+}
+
+func testBucketGrants(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	if l := acquire(t, s, r, "k", "n1", 30, 0); l.Granted != 30 || l.Remaining != 70 || l.Holders != 1 {
+		t.Fatalf("first lease %+v, want granted 30, remaining 70, holders 1", l)
+	}
+	l := acquire(t, s, r, "k", "n1", 100, 0)
+	if l.Granted != 70 || l.Remaining != 0 {
+		t.Fatalf("second lease %+v, want the 70 left", l)
+	}
+	if l.RetryAfter <= 0 {
+		t.Fatalf("short grant without retry_after: %+v", l)
+	}
+	if l.TTL != r.Lease.TTL {
+		t.Fatalf("ttl %v, want the rule's %v", l.TTL, r.Lease.TTL)
+	}
+	if l := acquire(t, s, r, "k", "n1", 5, 0); l.Granted != 0 {
+		t.Fatalf("empty bucket granted %d", l.Granted)
+	}
+}
+
+func testBucketConsumed(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	if l := acquire(t, s, r, "k", "n1", 0, 30); l.Granted != 0 || l.Remaining != 70 {
+		t.Fatalf("report of 30 consumed: %+v, want remaining 70", l)
+	}
+	if l := acquire(t, s, r, "k", "n1", 100, 0); l.Granted != 70 {
+		t.Fatalf("granted %d after 30 consumed, want 70", l.Granted)
+	}
+}
+
+func testBucketDebt(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	acquire(t, s, r, "k", "n1", 0, 1_000_000)
+	// The debt is at most one capacity: returning 150 tokens leaves 50.
+	ret := []store.Return{{Rule: r, Key: "k", Node: "n1", Tokens: 150}}
+	if err := s.Release(context.Background(), ret); err != nil {
+		t.Fatal(err)
+	}
+	if l := acquire(t, s, r, "k", "n1", 100, 0); l.Granted != 50 {
+		t.Fatalf("granted %d, want 50: debt must be capped at the capacity (100)", l.Granted)
+	}
+}
+
+func testBucketRelease(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	acquire(t, s, r, "k", "n1", 50, 0)
+	ret := []store.Return{{Rule: r, Key: "k", Node: "n1", Tokens: 80}}
+	if err := s.Release(context.Background(), ret); err != nil {
+		t.Fatal(err)
+	}
+	if d := check(t, s, r, "k", 1); d.Remaining != 99 {
+		t.Fatalf("remaining %d after over-return, want 99: credit is capped at capacity", d.Remaining)
+	}
+}
+
+func testBucketRefills(t *testing.T, h Harness) {
+	s := h.New(t)
+	r := rule(t, rules.Rule{Name: "fast", Algorithm: rules.TokenBucket, Limit: 100, Period: time.Second, Burst: 10})
+	if l := acquire(t, s, r, "k", "n1", 10, 0); l.Granted != 10 {
+		t.Fatalf("granted %d, want the burst 10", l.Granted)
+	}
+	h.Advance(t, 50*time.Millisecond) // 5 tokens at 100/s
+	l := acquire(t, s, r, "k", "n1", 10, 0)
+	if l.Granted < 5 {
+		t.Fatalf("granted %d after 50ms at 100/s, want at least 5", l.Granted)
+	}
+	h.Advance(t, time.Second)
+	if l := acquire(t, s, r, "k", "n1", 100, 0); l.Granted != 10 {
+		t.Fatalf("granted %d after a long idle, want the capacity 10 and no more", l.Granted)
+	}
+}
+
+func testFairShare(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	// Three modest holders register (want 10, granted 10 each).
+	for _, n := range []string{"a", "b", "c"} {
+		acquire(t, s, r, "k", n, 10, 0)
+	}
+	// 70 left. A greedy node must leave the modest ones their 10 each.
+	l := acquire(t, s, r, "k", "greedy", 1000, 0)
+	if l.Granted != 40 || l.Holders != 4 {
+		t.Fatalf("greedy lease %+v, want granted 40 (70 less 3x10 kept for the others), holders 4", l)
+	}
+	// The 30 kept back are shared by level: all four want at least 30/4.
+	if l := acquire(t, s, r, "k", "a", 10, 0); l.Granted != 7 {
+		t.Fatalf("node a got %d after the greedy node, want 7 (30 shared by 4 holders)", l.Granted)
+	}
+	// A share that rounds to zero still lends a token.
+	small := bucketRule(t, 2)
+	for i, n := range []string{"a", "b", "c"} {
+		if l := acquire(t, s, small, "k", n, 5, 0); l.Granted != []int64{2, 0, 0}[i] {
+			t.Fatalf("tiny bucket, node %s got %d", n, l.Granted)
+		}
+	}
+	if err := s.Release(context.Background(), []store.Return{{Rule: small, Key: "k", Node: "a", Tokens: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if l := acquire(t, s, small, "k", "b", 5, 0); l.Granted != 1 {
+		t.Fatalf("one token over two holders: granted %d, want 1", l.Granted)
+	}
+}
+
+func testHoldersExpire(t *testing.T, h Harness) {
+	s := h.New(t)
+	r := rule(t, rules.Rule{Name: "ttl", Algorithm: rules.TokenBucket, Limit: 100, Period: slow,
+		Lease: rules.LeaseTuning{TTL: 100 * time.Millisecond}})
+	acquire(t, s, r, "k", "a", 1, 0)
+	if l := acquire(t, s, r, "k", "b", 1, 0); l.Holders != 2 {
+		t.Fatalf("holders %d, want 2", l.Holders)
+	}
+	h.Advance(t, 150*time.Millisecond)
+	if l := acquire(t, s, r, "k", "b", 1, 0); l.Holders != 1 {
+		t.Fatalf("holders %d after a's lease expired, want 1", l.Holders)
+	}
+}
+
+func testReleaseForgetsHolder(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	acquire(t, s, r, "k", "a", 1, 0)
+	acquire(t, s, r, "k", "b", 1, 0)
+	if err := s.Release(context.Background(), []store.Return{{Rule: r, Key: "k", Node: "a", Tokens: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if l := acquire(t, s, r, "k", "b", 1, 0); l.Holders != 1 {
+		t.Fatalf("holders %d after a released, want 1", l.Holders)
+	}
+}
+
+func testBatchOrder(t *testing.T, h Harness) {
+	s := h.New(t)
+	a, b := bucketRule(t, 10), bucketRule(t, 20)
+	reqs := []store.AcquireRequest{
+		{Rule: a, Key: "x", Node: "n", Want: 100},
+		{Rule: b, Key: "x", Node: "n", Want: 100},
+		{Rule: a, Key: "y", Node: "n", Want: 3},
+	}
+	ls, err := s.Acquire(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []int64{ls[0].Granted, ls[1].Granted, ls[2].Granted}
+	if got[0] != 10 || got[1] != 20 || got[2] != 3 {
+		t.Fatalf("granted %v, want [10 20 3] in request order", got)
+	}
+}
+
+func windowRule(t *testing.T, alg rules.Algorithm, limit int64, period time.Duration) *rules.Rule {
+	return rule(t, rules.Rule{Name: "w", Algorithm: alg, Limit: limit, Period: period,
+		Lease: rules.LeaseTuning{TTL: min(period, rules.MaxLeaseTTL)}})
+}
+
+func testFixedWindowLease(t *testing.T, h Harness) {
+	s := h.New(t)
+	r := windowRule(t, rules.FixedWindow, 50, slow)
+	l := acquire(t, s, r, "k", "n", 30, 0)
+	if l.Granted != 30 || l.Remaining != 20 || l.Epoch == 0 {
+		t.Fatalf("lease %+v, want 30 granted, 20 remaining, an epoch", l)
+	}
+	if l.TTL <= 0 || l.TTL > slow {
+		t.Fatalf("ttl %v must end with the window", l.TTL)
+	}
+	l2 := acquire(t, s, r, "k", "n", 30, 0)
+	if l2.Granted != 20 {
+		t.Fatalf("granted %d, want the window's last 20", l2.Granted)
+	}
+	if l2.RetryAfter <= 0 || l2.RetryAfter > slow {
+		t.Fatalf("retry_after %v, want the time to the window's end", l2.RetryAfter)
+	}
+	ret := []store.Return{{Rule: r, Key: "k", Node: "n", Tokens: 5, Epoch: l.Epoch}}
+	if err := s.Release(context.Background(), ret); err != nil {
+		t.Fatal(err)
+	}
+	if l3 := acquire(t, s, r, "k", "n", 30, 0); l3.Granted != 5 {
+		t.Fatalf("granted %d after returning 5 in the same window, want 5", l3.Granted)
+	}
+}
+
+func testFixedWindowOldReturn(t *testing.T, h Harness) {
+	s := h.New(t)
+	const period = 100 * time.Millisecond
+	r := windowRule(t, rules.FixedWindow, 10, period)
+	old := acquire(t, s, r, "k", "n", 10, 0)
+	h.Advance(t, period)
+	cur := acquire(t, s, r, "k", "n", 4, 0)
+	if cur.Epoch <= old.Epoch {
+		t.Fatalf("epoch %d did not move past %d", cur.Epoch, old.Epoch)
+	}
+	ret := []store.Return{{Rule: r, Key: "k", Node: "n", Tokens: 10, Epoch: old.Epoch}}
+	if err := s.Release(context.Background(), ret); err != nil {
+		t.Fatal(err)
+	}
+	l := acquire(t, s, r, "k", "n", 100, 0)
+	if l.Epoch == cur.Epoch && l.Granted != 6 {
+		t.Fatalf("granted %d in the window after a stale return, want 6: tokens of an ended window must not be credited", l.Granted)
+	}
+}
+
+func testSlidingWindow(t *testing.T, h Harness) {
+	s := h.New(t)
+	r := windowRule(t, rules.SlidingWindow, 10, slow)
+	if d := check(t, s, r, "k", 10); !d.Allowed {
+		t.Fatalf("first 10 refused: %+v", d)
+	}
+	d := check(t, s, r, "k", 1)
+	if d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("11th in the window: %+v, want refused with retry_after", d)
+	}
+	if l := acquire(t, s, r, "k", "n", 5, 0); l.Granted != 0 {
+		t.Fatalf("lease of %d from a full sliding window", l.Granted)
+	}
+}
+
+func testCheckBucket(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 10)
+	for i := 0; i < 10; i++ {
+		if d := check(t, s, r, "k", 1); !d.Allowed || d.Remaining != int64(9-i) || d.Limit != 10 {
+			t.Fatalf("check %d: %+v", i, d)
+		}
+	}
+	d := check(t, s, r, "k", 1)
+	if d.Allowed || d.Remaining != 0 {
+		t.Fatalf("11th check: %+v, want refused", d)
+	}
+	// One token a day / 10 ... one token takes 2h24m at 10 per day.
+	if want := slow / 10; d.RetryAfter < want-time.Minute || d.RetryAfter > want {
+		t.Fatalf("retry_after %v, want about %v", d.RetryAfter, want)
+	}
+	if d.ResetAfter < d.RetryAfter {
+		t.Fatalf("reset_after %v before retry_after %v", d.ResetAfter, d.RetryAfter)
+	}
+}
+
+func testCheckFixedWindow(t *testing.T, h Harness) {
+	s := h.New(t)
+	r := windowRule(t, rules.FixedWindow, 5, slow)
+	if d := check(t, s, r, "k", 5); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("cost 5 of 5: %+v", d)
+	}
+	d := check(t, s, r, "k", 1)
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter != d.ResetAfter {
+		t.Fatalf("6th: %+v, want refused until the window resets", d)
+	}
+}
+
+func testCheckSlidingLog(t *testing.T, h Harness) {
+	s := h.New(t)
+	r := rule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: 5, Period: time.Hour})
+	for i := 0; i < 5; i++ {
+		if d := check(t, s, r, "k", 1); !d.Allowed {
+			t.Fatalf("attempt %d refused: %+v", i+1, d)
+		}
+	}
+	d := check(t, s, r, "k", 1)
+	if d.Allowed || d.Remaining != 0 {
+		t.Fatalf("6th attempt: %+v, want refused", d)
+	}
+	if d.RetryAfter < time.Hour-time.Minute || d.RetryAfter > time.Hour {
+		t.Fatalf("retry_after %v, want about an hour (when the oldest entry leaves)", d.RetryAfter)
+	}
+	// A cost of 2 on a fresh key takes two entries.
+	if d := check(t, s, r, "k2", 2); !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("cost 2: %+v, want remaining 3", d)
+	}
+}
+
+func testCheckCostAboveCapacity(t *testing.T, h Harness) {
+	s := h.New(t)
+	for _, r := range []*rules.Rule{bucketRule(t, 10), windowRule(t, rules.FixedWindow, 10, slow),
+		rule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: 10, Period: time.Hour})} {
+		if _, err := s.Check(context.Background(), r, "k", 11); !errors.Is(err, store.ErrCostAboveCapacity) {
+			t.Fatalf("%s: cost 11 of 10: %v, want ErrCostAboveCapacity", r.Algorithm, err)
+		}
+	}
+}
+
+func testStrictNotLeased(t *testing.T, h Harness) {
+	s := h.New(t)
+	r := rule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: 5, Period: time.Hour})
+	_, err := s.Acquire(context.Background(), []store.AcquireRequest{{Rule: r, Key: "k", Node: "n", Want: 1}})
+	if !errors.Is(err, store.ErrNotLeasable) {
+		t.Fatalf("Acquire on a sliding log: %v, want ErrNotLeasable", err)
+	}
+}
+
+func testKeysIndependent(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 3)
+	// Keys that could collide in a naive encoding.
+	keys := []string{"a", "a:b", "a}b", "{a}", "", "ü", strings.Repeat("x", 200)}
+	for _, k := range keys {
+		if l := acquire(t, s, r, k, "n", 3, 0); l.Granted != 3 {
+			t.Fatalf("key %q granted %d, want its own 3", k, l.Granted)
+		}
+	}
+}
+
+func testConcurrentChecks(t *testing.T, h Harness) {
+	s := h.New(t)
+	for _, r := range []*rules.Rule{bucketRule(t, 100), windowRule(t, rules.FixedWindow, 100, slow),
+		windowRule(t, rules.SlidingWindow, 100, slow),
+		rule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: 100, Period: slow})} {
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for range 1000 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := s.Check(context.Background(), r, "hot", 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					allowed.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if got := allowed.Load(); got != 100 {
+			t.Fatalf("%s: %d of 1000 concurrent checks allowed, want exactly 100", r.Algorithm, got)
+		}
+	}
+}
+
+func testConcurrentAcquires(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := []store.AcquireRequest{{Rule: r, Key: "hot", Node: fmt.Sprintf("n%d", i%16), Want: 7}}
+			ls, err := s.Acquire(context.Background(), req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			granted.Add(ls[0].Granted)
+		}()
+	}
+	wg.Wait()
+	left := check(t, s, r, "hot", 1)
+	total := granted.Load() + left.Remaining
+	if left.Allowed {
+		total++
+	}
+	if granted.Load() > 100 || total != 100 {
+		t.Fatalf("granted %d with %d left: grants must never exceed the bucket and must add up to its 100", granted.Load(), total)
+	}
+}
+
+func testCanceledContext(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Check(ctx, r, "k", 1); err == nil {
+		t.Fatal("Check with a canceled context succeeded")
+	}
+	if d := check(t, s, r, "k", 1); !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("after the canceled call: %+v, want nothing spent by it", d)
+	}
+}
