@@ -1,0 +1,110 @@
+package server
+
+import (
+	"context"
+	"path"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// Metrics are the allocator's Prometheus collectors. A nil *Metrics records
+// nothing. Labels are rule names, methods and results, never keys.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	store    *prometheus.HistogramVec
+	wanted   *prometheus.CounterVec
+	granted  *prometheus.CounterVec
+	checks   *prometheus.CounterVec
+	reloads  *prometheus.CounterVec
+}
+
+// NewMetrics registers the allocator's collectors on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_allocator_requests_total", Help: "gRPC calls by method and status code.",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "allot_allocator_request_seconds", Help: "gRPC call latency by method.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16),
+		}, []string{"method"}),
+		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "allot_allocator_store_seconds", Help: "Store call latency by operation and result.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16),
+		}, []string{"op", "result"}),
+		wanted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_allocator_lease_wanted_tokens_total", Help: "Tokens nodes asked for, by rule.",
+		}, []string{"rule"}),
+		granted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_allocator_lease_granted_tokens_total", Help: "Tokens lent to nodes, by rule.",
+		}, []string{"rule"}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_allocator_check_decisions_total", Help: "Check decisions by rule and result.",
+		}, []string{"rule", "result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_allocator_rule_reloads_total", Help: "Rule file reloads by result.",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.checks, m.reloads)
+	return m
+}
+
+// UnaryInterceptor counts and times every call.
+func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		if m != nil {
+			method := path.Base(info.FullMethod)
+			m.requests.WithLabelValues(method, status.Code(err).String()).Inc()
+			m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+		}
+		return resp, err
+	}
+}
+
+func (m *Metrics) observeStore(op string, start time.Time, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.store.WithLabelValues(op, result).Observe(time.Since(start).Seconds())
+}
+
+func (m *Metrics) observeLease(rule string, want, granted int64) {
+	if m == nil {
+		return
+	}
+	m.wanted.WithLabelValues(rule).Add(float64(want))
+	m.granted.WithLabelValues(rule).Add(float64(granted))
+}
+
+func (m *Metrics) observeCheck(rule string, allowed bool) {
+	if m == nil {
+		return
+	}
+	result := "allowed"
+	if !allowed {
+		result = "denied"
+	}
+	m.checks.WithLabelValues(rule, result).Inc()
+}
+
+// ObserveReload counts a rules reload.
+func (m *Metrics) ObserveReload(err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.reloads.WithLabelValues(result).Inc()
+}

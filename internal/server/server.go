@@ -1,0 +1,247 @@
+// Package server is the allocator's gRPC service: it validates what nodes
+// send, resolves rules and turns requests into store calls.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/store"
+)
+
+// Config wires a Server.
+type Config struct {
+	// Store holds the state. Required.
+	Store store.Store
+	// Rules is the initial rule set. Required; replace it with SetRules.
+	Rules *rules.Set
+	// StoreTimeout bounds each store call, so that a dead backend costs
+	// milliseconds. default: 100ms
+	StoreTimeout time.Duration
+	// Limits bound the input. default: DefaultLimits()
+	Limits Limits
+	// Metrics receives the allocator's Prometheus metrics. default: none
+	Metrics *Metrics
+	// Logger. default: slog.Default()
+	Logger *slog.Logger
+}
+
+// Server implements allot.v1.Allocator.
+type Server struct {
+	allotv1.UnimplementedAllocatorServer
+	store   store.Store
+	rules   atomic.Pointer[rules.Set]
+	timeout time.Duration
+	limits  Limits
+	metrics *Metrics
+	log     *slog.Logger
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("server: Config.Store is required")
+	}
+	if cfg.Rules == nil {
+		return nil, errors.New("server: Config.Rules is required")
+	}
+	s := &Server{store: cfg.Store, timeout: cfg.StoreTimeout, limits: cfg.Limits.withDefaults(),
+		metrics: cfg.Metrics, log: cfg.Logger}
+	if s.timeout <= 0 {
+		s.timeout = 100 * time.Millisecond
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.rules.Store(cfg.Rules)
+	return s, nil
+}
+
+// Register adds the Allocator service to g.
+func (s *Server) Register(g *grpc.Server) { allotv1.RegisterAllocatorServer(g, s) }
+
+// SetRules replaces the rule set; calls in flight finish with the old one.
+func (s *Server) SetRules(set *rules.Set) { s.rules.Store(set) }
+
+// Rules returns the current rule set.
+func (s *Server) Rules() *rules.Set { return s.rules.Load() }
+
+// Acquire implements allot.v1.Allocator.
+func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*allotv1.AcquireResponse, error) {
+	set := s.rules.Load()
+	reqs, err := s.acquireRequests(set, req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	leases, err := s.store.Acquire(ctx, reqs)
+	s.metrics.observeStore("acquire", start, err)
+	if err != nil {
+		return nil, s.storeError(ctx, "acquire", err)
+	}
+	resp := &allotv1.AcquireResponse{Leases: make([]*allotv1.Lease, len(leases)), RulesVersion: set.Version()}
+	for i, l := range leases {
+		r := reqs[i].Rule
+		resp.Leases[i] = &allotv1.Lease{
+			Rule: r.Name, Key: reqs[i].Key, Granted: l.Granted, Ttl: durationpb.New(l.TTL),
+			RetryAfter: durationpb.New(l.RetryAfter), Holders: uint32(l.Holders),
+			Limit: r.Limit, Remaining: l.Remaining, Epoch: l.Epoch,
+		}
+		s.metrics.observeLease(r.Name, reqs[i].Want, l.Granted)
+	}
+	return resp, nil
+}
+
+func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([]store.AcquireRequest, error) {
+	if err := s.limits.checkNode(req.GetNodeId()); err != nil {
+		return nil, err
+	}
+	if err := s.limits.checkBatch("requests", len(req.GetRequests())); err != nil {
+		return nil, err
+	}
+	out := make([]store.AcquireRequest, len(req.GetRequests()))
+	seen := make(map[ruleKey]int, len(out))
+	for i, lr := range req.GetRequests() {
+		field := fmt.Sprintf("requests[%d]", i)
+		r, err := s.leasableRule(set, field+".rule", lr.GetRule())
+		if err != nil {
+			return nil, err
+		}
+		if err := s.limits.checkKey(field+".key", lr.GetKey()); err != nil {
+			return nil, err
+		}
+		if err := s.limits.checkTokens(field+".want", lr.GetWant()); err != nil {
+			return nil, err
+		}
+		if err := s.limits.checkTokens(field+".consumed", lr.GetConsumed()); err != nil {
+			return nil, err
+		}
+		k := ruleKey{r.Name, lr.GetKey()}
+		if j, dup := seen[k]; dup {
+			return nil, invalid(field, "repeats the rule and key of requests[%d]", j)
+		}
+		seen[k] = i
+		// A node sizing its lease from an older rule set may ask for more
+		// than the rule now allows; that is not an error, just a cap.
+		want := min(lr.GetWant(), r.Lease.Max)
+		out[i] = store.AcquireRequest{Rule: r, Key: lr.GetKey(), Node: req.GetNodeId(), Want: want, Consumed: lr.GetConsumed()}
+	}
+	return out, nil
+}
+
+type ruleKey struct{ rule, key string }
+
+func (s *Server) leasableRule(set *rules.Set, field, name string) (*rules.Rule, error) {
+	r, err := lookup(set, field, name)
+	if err != nil {
+		return nil, err
+	}
+	if !r.Leasable() {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"%s: rule %q is strict (%s) and is decided by Check, not leased", field, name, r.Algorithm)
+	}
+	return r, nil
+}
+
+// Release implements allot.v1.Allocator.
+func (s *Server) Release(ctx context.Context, req *allotv1.ReleaseRequest) (*allotv1.ReleaseResponse, error) {
+	set := s.rules.Load()
+	if err := s.limits.checkNode(req.GetNodeId()); err != nil {
+		return nil, err
+	}
+	if err := s.limits.checkBatch("returns", len(req.GetReturns())); err != nil {
+		return nil, err
+	}
+	rets := make([]store.Return, len(req.GetReturns()))
+	for i, rt := range req.GetReturns() {
+		field := fmt.Sprintf("returns[%d]", i)
+		r, err := s.leasableRule(set, field+".rule", rt.GetRule())
+		if err != nil {
+			return nil, err
+		}
+		if err := s.limits.checkKey(field+".key", rt.GetKey()); err != nil {
+			return nil, err
+		}
+		if err := s.limits.checkTokens(field+".tokens", rt.GetTokens()); err != nil {
+			return nil, err
+		}
+		rets[i] = store.Return{Rule: r, Key: rt.GetKey(), Node: req.GetNodeId(), Tokens: rt.GetTokens(), Epoch: rt.GetEpoch()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	err := s.store.Release(ctx, rets)
+	s.metrics.observeStore("release", start, err)
+	if err != nil {
+		return nil, s.storeError(ctx, "release", err)
+	}
+	return &allotv1.ReleaseResponse{}, nil
+}
+
+// Check implements allot.v1.Allocator.
+func (s *Server) Check(ctx context.Context, req *allotv1.CheckRequest) (*allotv1.CheckResponse, error) {
+	r, err := lookup(s.rules.Load(), "rule", req.GetRule())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.limits.checkKey("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	cost := req.GetCost()
+	if cost == 0 {
+		cost = 1
+	}
+	if err := s.limits.checkTokens("cost", cost); err != nil {
+		return nil, err
+	}
+	if cost > r.Capacity() {
+		return nil, invalid("cost", "%d exceeds the capacity %d of rule %q: it could never pass", cost, r.Capacity(), r.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	d, err := s.store.Check(ctx, r, req.GetKey(), cost)
+	s.metrics.observeStore("check", start, err)
+	if err != nil {
+		return nil, s.storeError(ctx, "check", err)
+	}
+	s.metrics.observeCheck(r.Name, d.Allowed)
+	return &allotv1.CheckResponse{
+		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+		RetryAfter: durationpb.New(d.RetryAfter), ResetAfter: durationpb.New(d.ResetAfter),
+	}, nil
+}
+
+// GetRules implements allot.v1.Allocator.
+func (s *Server) GetRules(context.Context, *allotv1.GetRulesRequest) (*allotv1.GetRulesResponse, error) {
+	return s.rules.Load().ToProto(), nil
+}
+
+// storeError maps a store failure to a status. The caller's own deadline or
+// cancellation wins; everything else is the store being unavailable, which
+// a node may retry elsewhere.
+func (s *Server) storeError(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return status.Error(codes.Canceled, "canceled by the caller")
+	case errors.Is(err, store.ErrCostAboveCapacity):
+		return invalid("cost", "%v", err)
+	case errors.Is(err, store.ErrNotLeasable):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	s.log.Warn("store call failed", "op", op, "err", err)
+	return status.Errorf(codes.Unavailable, "store unavailable: %v", err)
+}

@@ -1,0 +1,269 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/server"
+	"github.com/allot-dev/allot/internal/store"
+)
+
+const testRules = `
+rules:
+  - name: tb
+    algorithm: token_bucket
+    limit: 100
+    period: 24h
+  - name: fw
+    algorithm: fixed_window
+    limit: 100
+    period: 24h
+  - name: log
+    algorithm: sliding_log
+    limit: 5
+    period: 1h
+`
+
+// serve runs a Server over real gRPC on 127.0.0.1 and returns a client.
+func serve(t *testing.T, st store.Store) (allotv1.AllocatorClient, *server.Server) {
+	t.Helper()
+	set, err := rules.Parse("test", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Store: st, Rules: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return allotv1.NewAllocatorClient(conn), srv
+}
+
+func memory(t *testing.T) store.Store {
+	s := store.NewMemory(clock.Real())
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func wantStatus(t *testing.T, err error, code codes.Code, field string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code {
+		t.Fatalf("got %v, want code %v", err, code)
+	}
+	if !strings.Contains(st.Message(), field) {
+		t.Fatalf("message %q does not name %q", st.Message(), field)
+	}
+	if code != codes.InvalidArgument {
+		return
+	}
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok && br.FieldViolations[0].Field == field {
+			return
+		}
+	}
+	t.Fatalf("no BadRequest detail naming %q in %v", field, st.Details())
+}
+
+func TestBadAcquireRequests(t *testing.T) {
+	c, _ := serve(t, memory(t))
+	ok := &allotv1.LeaseRequest{Rule: "tb", Key: "k", Want: 1}
+	big := make([]*allotv1.LeaseRequest, 100_000)
+	for i := range big {
+		big[i] = ok
+	}
+	cases := []struct {
+		name  string
+		req   *allotv1.AcquireRequest
+		code  codes.Code
+		field string
+	}{
+		{"no node", &allotv1.AcquireRequest{Requests: []*allotv1.LeaseRequest{ok}}, codes.InvalidArgument, "node_id"},
+		{"no requests", &allotv1.AcquireRequest{NodeId: "n"}, codes.InvalidArgument, "requests"},
+		{"100,000 entries", &allotv1.AcquireRequest{NodeId: "n", Requests: big}, codes.InvalidArgument, "requests"},
+		{"empty key", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{ok, {Rule: "tb", Want: 1}}}, codes.InvalidArgument, "requests[1].key"},
+		{"1 MB key", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: strings.Repeat("k", 1<<20), Want: 1}}}, codes.InvalidArgument, "requests[0].key"},
+		{"negative want", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Want: -1}}}, codes.InvalidArgument, "requests[0].want"},
+		{"negative consumed", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Consumed: -5}}}, codes.InvalidArgument, "requests[0].consumed"},
+		{"huge want", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Want: 1 << 62}}}, codes.InvalidArgument, "requests[0].want"},
+		{"unknown rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "nope", Key: "k", Want: 1}}}, codes.NotFound, "requests[0].rule"},
+		{"malformed rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "no pe", Key: "k", Want: 1}}}, codes.InvalidArgument, "requests[0].rule"},
+		{"strict rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "log", Key: "k", Want: 1}}}, codes.FailedPrecondition, "requests[0].rule"},
+		{"duplicate", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{ok, ok}}, codes.InvalidArgument, "requests[1]"},
+		{"long node id", &allotv1.AcquireRequest{NodeId: strings.Repeat("n", 200), Requests: []*allotv1.LeaseRequest{ok}}, codes.InvalidArgument, "node_id"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.Acquire(ctx(t), tc.req)
+			wantStatus(t, err, tc.code, tc.field)
+		})
+	}
+	// Nothing of the refused calls was spent: the bucket is still full.
+	resp, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "k", Cost: 100})
+	if err != nil || !resp.Allowed {
+		t.Fatalf("after the bad calls, a cost of 100 = %v, %v; want allowed", resp, err)
+	}
+}
+
+func TestBadCheckAndReleaseRequests(t *testing.T) {
+	c, _ := serve(t, memory(t))
+	checks := []struct {
+		name  string
+		req   *allotv1.CheckRequest
+		code  codes.Code
+		field string
+	}{
+		{"unknown rule", &allotv1.CheckRequest{Rule: "nope", Key: "k"}, codes.NotFound, "rule"},
+		{"empty key", &allotv1.CheckRequest{Rule: "tb"}, codes.InvalidArgument, "key"},
+		{"negative cost", &allotv1.CheckRequest{Rule: "tb", Key: "k", Cost: -1}, codes.InvalidArgument, "cost"},
+		{"cost above capacity", &allotv1.CheckRequest{Rule: "tb", Key: "k", Cost: 101}, codes.InvalidArgument, "cost"},
+	}
+	for _, tc := range checks {
+		t.Run("check "+tc.name, func(t *testing.T) {
+			_, err := c.Check(ctx(t), tc.req)
+			wantStatus(t, err, tc.code, tc.field)
+		})
+	}
+	releases := []struct {
+		name  string
+		req   *allotv1.ReleaseRequest
+		code  codes.Code
+		field string
+	}{
+		{"no node", &allotv1.ReleaseRequest{Returns: []*allotv1.Return{{Rule: "tb", Key: "k", Tokens: 1}}}, codes.InvalidArgument, "node_id"},
+		{"negative tokens", &allotv1.ReleaseRequest{NodeId: "n", Returns: []*allotv1.Return{{Rule: "tb", Key: "k", Tokens: -1}}}, codes.InvalidArgument, "returns[0].tokens"},
+		{"unknown rule", &allotv1.ReleaseRequest{NodeId: "n", Returns: []*allotv1.Return{{Rule: "x", Key: "k"}}}, codes.NotFound, "returns[0].rule"},
+	}
+	for _, tc := range releases {
+		t.Run("release "+tc.name, func(t *testing.T) {
+			_, err := c.Release(ctx(t), tc.req)
+			wantStatus(t, err, tc.code, tc.field)
+		})
+	}
+}
+
+func TestAcquireAndCheck(t *testing.T) {
+	c, _ := serve(t, memory(t))
+	resp, err := c.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "n1", Requests: []*allotv1.LeaseRequest{
+		{Rule: "tb", Key: "a", Want: 40}, {Rule: "fw", Key: "a", Want: 500, Consumed: 10},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, fw := resp.Leases[0], resp.Leases[1]
+	if tb.Granted != 40 || tb.Remaining != 60 || tb.Holders != 1 || tb.Limit != 100 || tb.Ttl.AsDuration() != 2*time.Second {
+		t.Fatalf("token bucket lease %v", tb)
+	}
+	// want 500 is capped at the rule's lease.max (100), then at what is left.
+	if fw.Granted != 90 || fw.Epoch == 0 || fw.Rule != "fw" || fw.Key != "a" {
+		t.Fatalf("fixed window lease %v, want 90 granted after 10 consumed", fw)
+	}
+	if resp.RulesVersion == "" {
+		t.Fatal("no rules_version")
+	}
+	if _, err := c.Release(ctx(t), &allotv1.ReleaseRequest{NodeId: "n1", Returns: []*allotv1.Return{{Rule: "tb", Key: "a", Tokens: 40}}}); err != nil {
+		t.Fatal(err)
+	}
+	chk, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "a", Cost: 100})
+	if err != nil || !chk.Allowed || chk.Remaining != 0 {
+		t.Fatalf("check of 100 after the return: %v %v", chk, err)
+	}
+	chk, err = c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "a"})
+	if err != nil || chk.Allowed || chk.RetryAfter.AsDuration() <= 0 {
+		t.Fatalf("check on an empty bucket: %v %v", chk, err)
+	}
+}
+
+func TestConcurrentChecksOverGRPC(t *testing.T) {
+	c, _ := serve(t, memory(t))
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 1000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "hot"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if resp.Allowed {
+				allowed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := allowed.Load(); got != 100 {
+		t.Fatalf("%d of 1000 allowed, want exactly 100", got)
+	}
+}
+
+func TestGetRulesAndReload(t *testing.T) {
+	c, srv := serve(t, memory(t))
+	resp, err := c.GetRules(ctx(t), &allotv1.GetRulesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Rules) != 3 || resp.Version != srv.Rules().Version() {
+		t.Fatalf("GetRules = %v", resp)
+	}
+	srv.SetRules(rules.Example())
+	if _, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "k"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("rule removed by a reload: %v, want NotFound", err)
+	}
+	if _, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "api-per-key", Key: "k"}); err != nil {
+		t.Fatalf("rule added by a reload: %v", err)
+	}
+}
+
+// deadStore fails every call the way an unreachable backend does.
+type deadStore struct{}
+
+func (deadStore) Acquire(context.Context, []store.AcquireRequest) ([]store.Lease, error) {
+	return nil, store.ErrUnavailable
+}
+func (deadStore) Release(context.Context, []store.Return) error { return store.ErrUnavailable }
+func (deadStore) Check(context.Context, *rules.Rule, string, int64) (store.Decision, error) {
+	return store.Decision{}, store.ErrUnavailable
+}
+func (deadStore) Close() error { return nil }
+
+func TestStoreFailureIsUnavailable(t *testing.T) {
+	c, _ := serve(t, deadStore{})
+	_, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "k"})
+	wantStatus(t, err, codes.Unavailable, "store unavailable")
+	_, err = c.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Want: 1}}})
+	wantStatus(t, err, codes.Unavailable, "store unavailable")
+}

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Limits bound everything a caller sends. The zero value means the defaults.
+type Limits struct {
+	MaxKeyBytes    int   // default: 512
+	MaxNodeIDBytes int   // default: 128
+	MaxBatch       int   // requests or returns per call; default: 1000
+	MaxTokens      int64 // want, consumed, tokens and cost; default: rules.MaxLimit
+}
+
+// DefaultLimits returns the limits the allocator applies unless told otherwise.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxKeyBytes:    512,  // API keys, user ids, IPv6 addresses, tenant names
+		MaxNodeIDBytes: 128,  // hostnames and pod names
+		MaxBatch:       1000, // a node refills at most this many keys per call
+		MaxTokens:      rules.MaxLimit,
+	}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxKeyBytes > 0 {
+		d.MaxKeyBytes = l.MaxKeyBytes
+	}
+	if l.MaxNodeIDBytes > 0 {
+		d.MaxNodeIDBytes = l.MaxNodeIDBytes
+	}
+	if l.MaxBatch > 0 {
+		d.MaxBatch = l.MaxBatch
+	}
+	if l.MaxTokens > 0 {
+		d.MaxTokens = l.MaxTokens
+	}
+	return d
+}
+
+// invalid is an InvalidArgument status naming the field, with the field also
+// in a BadRequest detail for programs.
+func invalid(field, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	st := status.New(codes.InvalidArgument, field+": "+msg)
+	if d, err := st.WithDetails(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}},
+	}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+func (l Limits) checkNode(node string) error {
+	if node == "" {
+		return invalid("node_id", "is required")
+	}
+	if len(node) > l.MaxNodeIDBytes {
+		return invalid("node_id", "is %d bytes, at most %d", len(node), l.MaxNodeIDBytes)
+	}
+	return nil
+}
+
+func (l Limits) checkBatch(field string, n int) error {
+	if n == 0 {
+		return invalid(field, "is empty")
+	}
+	if n > l.MaxBatch {
+		return invalid(field, "has %d entries, at most %d", n, l.MaxBatch)
+	}
+	return nil
+}
+
+func (l Limits) checkKey(field, key string) error {
+	if key == "" {
+		return invalid(field, "is required")
+	}
+	if len(key) > l.MaxKeyBytes {
+		return invalid(field, "is %d bytes, at most %d", len(key), l.MaxKeyBytes)
+	}
+	return nil
+}
+
+func (l Limits) checkTokens(field string, n int64) error {
+	if n < 0 {
+		return invalid(field, "must not be negative, got %d", n)
+	}
+	if n > l.MaxTokens {
+		return invalid(field, "is %d, at most %d", n, l.MaxTokens)
+	}
+	return nil
+}
+
+// lookup finds a rule; an unknown name is NotFound, a malformed one invalid.
+func lookup(set *rules.Set, field, name string) (*rules.Rule, error) {
+	if err := rules.ValidName(name); err != nil {
+		return nil, invalid(field, "%v", err)
+	}
+	r, ok := set.Get(name)
+	if !ok {
+		st := status.New(codes.NotFound, fmt.Sprintf("%s: unknown rule %q", field, name))
+		if d, err := st.WithDetails(&errdetails.ResourceInfo{ResourceType: "allot.v1.Rule", ResourceName: name}); err == nil {
+			st = d
+		}
+		return nil, st.Err()
+	}
+	return r, nil
+}
