@@ -1,0 +1,338 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/store"
+)
+
+// storeTransport serves leases from a real memory store on the test's fake
+// clock: the allocator's semantics without the network.
+type storeTransport struct {
+	s        store.Store
+	set      *rules.Set
+	node     string
+	mu       sync.Mutex
+	batches  []int // keys per Acquire
+	released int64
+	down     atomic.Bool
+}
+
+var errDown = errors.New("allocator unreachable")
+
+func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant, string, error) {
+	if tr.down.Load() {
+		return nil, "", errDown
+	}
+	sreqs := make([]store.AcquireRequest, len(reqs))
+	for i, r := range reqs {
+		rule, _ := tr.set.Get(r.Rule)
+		sreqs[i] = store.AcquireRequest{Rule: rule, Key: r.Key, Node: tr.node, Want: min(r.Want, rule.Lease.Max), Consumed: r.Consumed}
+	}
+	ls, err := tr.s.Acquire(ctx, sreqs)
+	if err != nil {
+		return nil, "", err
+	}
+	tr.mu.Lock()
+	tr.batches = append(tr.batches, len(reqs))
+	tr.mu.Unlock()
+	out := make([]Grant, len(ls))
+	for i, l := range ls {
+		out[i] = Grant{Granted: l.Granted, TTL: l.TTL, RetryAfter: l.RetryAfter, Holders: l.Holders, Epoch: l.Epoch}
+	}
+	return out, tr.set.Version(), nil
+}
+
+func (tr *storeTransport) Release(ctx context.Context, rets []Return) error {
+	if tr.down.Load() {
+		return errDown
+	}
+	srets := make([]store.Return, len(rets))
+	for i, r := range rets {
+		rule, _ := tr.set.Get(r.Rule)
+		srets[i] = store.Return{Rule: rule, Key: r.Key, Node: tr.node, Tokens: r.Tokens, Epoch: r.Epoch}
+		atomic.AddInt64(&tr.released, r.Tokens)
+	}
+	return tr.s.Release(ctx, srets)
+}
+
+func (tr *storeTransport) calls() []int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]int(nil), tr.batches...)
+}
+
+type fixture struct {
+	t   *testing.T
+	clk *clock.Fake
+	st  *store.Memory
+	tr  *storeTransport
+	m   *Manager
+	set *rules.Set
+}
+
+const testRules = `
+rules:
+  - name: r
+    algorithm: token_bucket
+    limit: 1000
+    period: 1s
+    burst: 1000
+    lease: { min: 10, max: 500, ttl: 1s, refresh: 100ms }
+  - name: day
+    algorithm: token_bucket
+    limit: 100000
+    period: 24h
+    lease: { min: 100, max: 100, ttl: 1s, refresh: 100ms }
+`
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	set, err := rules.Parse("test", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	st := store.NewMemory(clk)
+	tr := &storeTransport{s: st, set: set, node: "n1"}
+	m := NewManager(Config{Transport: tr, Clock: clk, Sweep: 10 * time.Millisecond, BatchWindow: time.Millisecond})
+	f := &fixture{t: t, clk: clk, st: st, tr: tr, m: m, set: set}
+	t.Cleanup(func() {
+		m.Close(context.Background())
+		st.Close()
+	})
+	return f
+}
+
+func (f *fixture) table(name string) *Table {
+	r, _ := f.set.Get(name)
+	return f.m.Table(r)
+}
+
+// settle waits until the manager has handled everything it can at this
+// instant: no RPC in flight, no result or signal waiting, the loop parked.
+func (f *fixture) settle() {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if f.m.calls.Load() == 0 {
+			c := make(chan struct{})
+			f.m.sync <- c
+			<-c
+			if f.m.calls.Load() == 0 && len(f.m.results) == 0 && len(f.m.signals) == 0 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	f.t.Fatal("manager did not settle")
+}
+
+// step advances the fake clock in small steps, settling around each.
+func (f *fixture) step(total, by time.Duration) {
+	f.settle()
+	for d := time.Duration(0); d < total; d += by {
+		f.clk.Advance(by)
+		f.settle()
+	}
+}
+
+func TestNewKeyGetsFirstLease(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("r").Pool("k")
+	if _, ok := p.Take(1); ok {
+		t.Fatal("a new key held tokens before any lease")
+	}
+	if p.Served() {
+		t.Fatal("a new key is served before the allocator answered")
+	}
+	f.step(2*time.Millisecond, time.Millisecond)
+	// First lease: the node's share of one refresh interval, 1000/s x 100ms.
+	if got := p.Tokens(); got != 100 {
+		t.Fatalf("tokens after the first lease = %d, want 100", got)
+	}
+	if !p.Served() || p.Holders() != 1 {
+		t.Fatalf("served %v holders %d", p.Served(), p.Holders())
+	}
+}
+
+func TestRefillAheadOneInFlight(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("day").Pool("k")
+	f.step(2*time.Millisecond, time.Millisecond)
+	if p.Tokens() != 100 {
+		t.Fatalf("tokens %d, want 100", p.Tokens())
+	}
+	calls := len(f.tr.calls())
+	// Spend down to the watermark (50): no refill yet.
+	for range 50 {
+		if _, ok := p.Take(1); !ok {
+			t.Fatal("take failed")
+		}
+	}
+	f.settle()
+	if got := len(f.tr.calls()); got != calls {
+		t.Fatalf("%d Acquires above the watermark", got-calls)
+	}
+	// One below the watermark asks once, however many takes follow.
+	for range 20 {
+		p.Take(1)
+	}
+	f.step(2*time.Millisecond, time.Millisecond)
+	if got := len(f.tr.calls()); got != calls+1 {
+		t.Fatalf("%d Acquires after crossing the watermark, want 1", got-calls)
+	}
+	if got := p.Tokens(); got != 130 {
+		t.Fatalf("tokens %d after the refill, want 30 + 100", got)
+	}
+}
+
+func TestRefillsShareOneAcquire(t *testing.T) {
+	f := newFixture(t)
+	tb := f.table("day")
+	for i := range 200 {
+		tb.Pool(string(rune('a'+i%26)) + string(rune('0'+i/26)))
+	}
+	f.step(2*time.Millisecond, time.Millisecond)
+	calls := f.tr.calls()
+	if len(calls) != 1 || calls[0] != 200 {
+		t.Fatalf("Acquire batches %v, want one of 200 keys", calls)
+	}
+}
+
+func TestLeaseExpires(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("day").Pool("k")
+	f.step(2*time.Millisecond, time.Millisecond)
+	if p.Tokens() != 100 {
+		t.Fatalf("tokens %d", p.Tokens())
+	}
+	// One take every 20ms keeps the key active and above its watermark (50),
+	// so no refill extends the lease. TTL 1s from the send, treated as
+	// ending one sweep (10ms) early.
+	for range 49 {
+		p.Take(1)
+		f.step(20*time.Millisecond, 10*time.Millisecond)
+	}
+	if p.Tokens() != 51 {
+		t.Fatalf("tokens %d at 982ms, want 51 still usable", p.Tokens())
+	}
+	f.step(20*time.Millisecond, 10*time.Millisecond)
+	if got := p.Tokens(); got != 0 {
+		t.Fatalf("tokens %d after the lease's end, want 0", got)
+	}
+}
+
+func TestIdleKeyReturnsTokens(t *testing.T) {
+	f := newFixture(t)
+	tb := f.table("day")
+	p := tb.Pool("k")
+	f.step(2*time.Millisecond, time.Millisecond)
+	p.Take(10)
+	// Idle for half the TTL (500ms): the 90 left go back, the key leaves.
+	f.step(600*time.Millisecond, 10*time.Millisecond)
+	f.settle()
+	if got := atomic.LoadInt64(&f.tr.released); got != 90 {
+		t.Fatalf("released %d, want the 90 unused tokens", got)
+	}
+	if tb.Len() != 0 {
+		t.Fatalf("%d pools left after idling", tb.Len())
+	}
+	if _, ok := p.Take(1); ok {
+		t.Fatal("an evicted pool still gave tokens")
+	}
+	if left, _ := p.Take(1); left >= 0 {
+		t.Fatal("an evicted pool does not tell the caller to look again")
+	}
+}
+
+func TestConsumedIsReported(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("day").Pool("k")
+	p.Missed(40, true) // admitted from the fallback share before the first lease
+	f.step(2*time.Millisecond, time.Millisecond)
+	r, _ := f.set.Get("day")
+	d, err := f.st.Check(context.Background(), r, "k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100,000 - 40 consumed - 100 leased - 1 checked.
+	if d.Remaining != 99859 {
+		t.Fatalf("central remaining %d, want 99859", d.Remaining)
+	}
+}
+
+func TestOutageAndRecovery(t *testing.T) {
+	f := newFixture(t)
+	f.tr.down.Store(true)
+	p := f.table("day").Pool("k")
+	p.Missed(5, true)
+	f.step(5*time.Millisecond, time.Millisecond)
+	if !f.m.Down() {
+		t.Fatal("manager did not notice the outage")
+	}
+	if p.Served() {
+		t.Fatal("served during an outage")
+	}
+	calls := len(f.tr.calls())
+	f.tr.down.Store(false)
+	f.step(300*time.Millisecond, 10*time.Millisecond) // past the first backoffs
+	if f.m.Down() {
+		t.Fatal("manager did not recover")
+	}
+	if len(f.tr.calls()) <= calls || p.Tokens() == 0 {
+		t.Fatalf("no lease after recovery: tokens %d", p.Tokens())
+	}
+	r, _ := f.set.Get("day")
+	d, _ := f.st.Check(context.Background(), r, "k", 1)
+	if d.Remaining != 100000-5-p.Tokens()-1 {
+		t.Fatalf("central remaining %d: the 5 consumed during the outage were not debited", d.Remaining)
+	}
+}
+
+func TestSizeFollowsRate(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("r").Pool("k")
+	f.step(2*time.Millisecond, time.Millisecond)
+	// Demand of 2 tokens per ms = 2000/s: the size should approach 200
+	// (rate x 100ms refresh), capped by what the allocator grants.
+	for range 400 {
+		if _, ok := p.Take(10); !ok {
+			p.Missed(10, false)
+		}
+		f.clk.Advance(5 * time.Millisecond)
+		f.settle()
+	}
+	// After 2s (4 time constants) the estimate is within 2% of 2000/s.
+	size := p.low.Load() * 2
+	if size < 190 || size > 210 {
+		t.Fatalf("lease size %d after 2s at 2000/s, want about 200", size)
+	}
+}
+
+func TestCloseReturnsEverything(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("day").Pool("k")
+	f.step(2*time.Millisecond, time.Millisecond)
+	p.Take(1)
+	q := f.table("r").Pool("q")
+	q.Missed(3, true)
+	if err := f.m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := atomic.LoadInt64(&f.tr.released); got != 99 {
+		t.Fatalf("released %d on Close, want 99", got)
+	}
+	r, _ := f.set.Get("r")
+	d, _ := f.st.Check(context.Background(), r, "q", 1)
+	if d.Remaining != 1000-3-1 {
+		t.Fatalf("remaining %d: consumption was not reported on Close", d.Remaining)
+	}
+}

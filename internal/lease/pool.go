@@ -1,0 +1,160 @@
+// Package lease keeps a node's leased tokens: one Pool per (rule, key),
+// filled ahead of need by batched Acquire calls, sized to the key's rate,
+// expired at the lease TTL and returned when the key goes idle.
+package lease
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// evicted marks a pool that has left its table: every Take fails and the
+// caller looks the key up again.
+const evicted = math.MinInt64 / 2
+
+// Pool is the local bucket of one (rule, key). Take is the hot path: one
+// atomic compare-and-swap, no clock, no lock, no allocation. Everything
+// else about the pool is the manager goroutine's.
+type Pool struct {
+	tokens atomic.Int64 // spendable leased tokens; < 0 once evicted
+	low    atomic.Int64 // below this many tokens a refill is requested
+	queued atomic.Bool  // a refill is queued or in flight (at most one per key)
+
+	// served is true while the allocator is deciding for this key: it has
+	// answered an Acquire for it within the lease TTL (with or without
+	// tokens). An empty served pool refuses; an unserved one falls back.
+	served atomic.Bool
+	// missed counts tokens asked for but not taken from the lease: refusals
+	// and fallback admissions, for the rate estimate.
+	missed atomic.Int64
+	// consumed counts tokens admitted outside a lease, not yet reported.
+	consumed  atomic.Int64
+	holders   atomic.Int32 // the allocator's last count of this key's holders
+	notBefore atomic.Int64 // unix ns before which no refill is sent
+
+	table *Table
+	key   string
+	own   managerState // owned by the manager goroutine
+}
+
+// managerState is the pool's bookkeeping, touched only by the manager.
+type managerState struct {
+	initialized bool
+	credited    int64     // tokens ever put in minus tokens taken out by the manager
+	expiry      time.Time // when the newest lease's tokens die; zero: no lease
+	servedUntil time.Time
+	// carry is what was left of older leases when a newer one arrived; those
+	// tokens still die at carryExpiry. takenAtCarry is taken() at that moment.
+	carry        int64
+	carryExpiry  time.Time
+	takenAtCarry int64
+	rate         float64 // EWMA of demand, tokens per second
+	lastTaken    int64
+	lastSample   time.Time
+	lastActive   time.Time
+	size         int64 // the lease size to ask for
+	epoch        int64
+	inFlight     *flight
+}
+
+// flight is one key's part of an Acquire in flight.
+type flight struct {
+	want, consumed int64
+	sent           time.Time
+}
+
+// Key is the key this pool limits.
+func (p *Pool) Key() string { return p.key }
+
+// Rule is the pool's current rule.
+func (p *Pool) Rule() *rules.Rule { return p.table.Rule() }
+
+// Take spends n leased tokens if the pool holds them. It returns the tokens
+// left and whether it took them. left < 0 means the pool was evicted: look
+// the key up again.
+func (p *Pool) Take(n int64) (left int64, ok bool) {
+	for {
+		v := p.tokens.Load()
+		if v < n {
+			return v, false
+		}
+		if p.tokens.CompareAndSwap(v, v-n) {
+			if v-n < p.low.Load() {
+				p.WantRefill()
+			}
+			return v - n, true
+		}
+	}
+}
+
+// Give puts back n tokens that Take took: a multi-rule check that failed on
+// another rule. The tokens were never used, so they keep their lease.
+func (p *Pool) Give(n int64) {
+	for {
+		v := p.tokens.Load()
+		if v < 0 {
+			return // evicted: the manager has already returned what was left
+		}
+		if p.tokens.CompareAndSwap(v, v+n) {
+			return
+		}
+	}
+}
+
+// Tokens is the number of leased tokens held now.
+func (p *Pool) Tokens() int64 { return max(p.tokens.Load(), 0) }
+
+// Served reports whether the allocator is deciding for this key.
+func (p *Pool) Served() bool { return p.served.Load() }
+
+// Holders is the allocator's last count of this key's holders, 0 if unknown.
+func (p *Pool) Holders() int { return int(p.holders.Load()) }
+
+// NotBefore is when the next refill may be sent.
+func (p *Pool) NotBefore() time.Time { return time.Unix(0, p.notBefore.Load()) }
+
+// Missed records demand that the lease did not serve: a refusal, or an
+// admission from the fallback share (consumed says which).
+func (p *Pool) Missed(n int64, consumed bool) {
+	p.missed.Add(n)
+	if consumed {
+		p.consumed.Add(n)
+	}
+	p.WantRefill()
+}
+
+// WantRefill asks the manager for a lease unless one is already on its way.
+// It never blocks: when the manager's queue is full the sweep finds the key.
+func (p *Pool) WantRefill() {
+	if p.queued.Load() || !p.queued.CompareAndSwap(false, true) {
+		return
+	}
+	select {
+	case p.table.m.signals <- p:
+	default:
+		p.queued.Store(false)
+	}
+}
+
+// taken is how many tokens Take has spent in all: what went in less what
+// is left. Only the manager calls it.
+func (p *Pool) taken() int64 { return p.own.credited - max(p.tokens.Load(), 0) }
+
+// remove takes up to n tokens out of the pool for the manager (expiry,
+// return) and reports how many it took.
+func (p *Pool) remove(n int64) int64 {
+	for {
+		v := p.tokens.Load()
+		got := min(max(v, 0), n)
+		if got == 0 {
+			return 0
+		}
+		if p.tokens.CompareAndSwap(v, v-got) {
+			p.own.credited -= got
+			return got
+		}
+	}
+}

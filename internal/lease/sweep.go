@@ -1,0 +1,200 @@
+package lease
+
+import (
+	"container/heap"
+	"context"
+	"math"
+	"time"
+)
+
+// sweep expires leases, samples each key's rate, resizes its lease, asks
+// for refills the hot path could not ask for, and returns idle keys.
+func (m *Manager) sweep(now time.Time) {
+	var rets []*Pool
+	for _, t := range m.tableList() {
+		var taken int64
+		t.each(func(p *Pool) {
+			m.init(p, now)
+			m.expire(p, now)
+			taken += m.sample(p, now)
+			if m.idle(p, now) {
+				rets = append(rets, p)
+				return
+			}
+			if p.consumed.Load() > 0 || (p.tokens.Load() < p.low.Load() && now.Sub(p.own.lastActive) < 2*m.cfg.Sweep) {
+				p.WantRefill()
+			}
+		})
+		if h := m.cfg.Hooks.Taken; h != nil && taken > 0 {
+			h(t.name, taken)
+		}
+	}
+	if len(rets) > 0 {
+		m.evict(rets)
+	}
+}
+
+// expire removes tokens whose lease has ended.
+func (m *Manager) expire(p *Pool, now time.Time) {
+	o := &p.own
+	if o.carry > 0 && !now.Before(o.carryExpiry) {
+		if left := o.carry - (p.taken() - o.takenAtCarry); left > 0 {
+			p.remove(left)
+		}
+		o.carry = 0
+	}
+	if !o.expiry.IsZero() && !now.Before(o.expiry) {
+		p.remove(math.MaxInt64)
+		o.expiry, o.carry = time.Time{}, 0
+	}
+	if p.served.Load() && !now.Before(o.servedUntil) {
+		p.served.Store(false)
+	}
+}
+
+// sample updates the key's demand rate (an EWMA over RateWindow) and the
+// lease size that follows from it; it returns the tokens taken since the
+// last sample.
+func (m *Manager) sample(p *Pool, now time.Time) int64 {
+	o := &p.own
+	taken := p.taken()
+	took := taken - o.lastTaken
+	demand := took + p.missed.Swap(0)
+	o.lastTaken = taken
+	elapsed := now.Sub(o.lastSample)
+	if elapsed <= 0 {
+		return took
+	}
+	o.lastSample = now
+	if demand > 0 {
+		o.lastActive = now
+	}
+	alpha := 1 - math.Exp(-elapsed.Seconds()/m.cfg.RateWindow.Seconds())
+	o.rate += alpha * (float64(demand)/elapsed.Seconds() - o.rate)
+	r := p.table.Rule()
+	m.resize(p, r, o.rate*r.Lease.Refresh.Seconds())
+	return took
+}
+
+// idle reports whether the key should leave: no demand for half a lease
+// TTL, nothing in flight or unreported, or its rule is gone.
+func (m *Manager) idle(p *Pool, now time.Time) bool {
+	if p.own.inFlight != nil || p.queued.Load() || p.consumed.Load() > 0 {
+		return false
+	}
+	return p.table.gone.Load() || now.Sub(p.own.lastActive) >= p.table.Rule().Lease.TTL/2
+}
+
+// evict takes the pools out of their tables and returns their tokens. A
+// Take racing with the eviction fails on the sentinel and looks again.
+func (m *Manager) evict(pools []*Pool) {
+	rets := make([]Return, 0, len(pools))
+	for _, p := range pools {
+		left := p.tokens.Swap(evicted)
+		p.table.keys.CompareAndDelete(p.key, p)
+		if left > 0 && !p.own.expiry.IsZero() && !p.table.gone.Load() {
+			rets = append(rets, Return{Rule: p.table.name, Key: p.key, Tokens: left, Epoch: p.own.epoch})
+		}
+	}
+	if len(rets) == 0 {
+		return
+	}
+	m.rpcs.Add(1)
+	m.calls.Add(1)
+	go func() {
+		defer m.rpcs.Done()
+		defer m.calls.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RPCTimeout)
+		defer cancel()
+		m.release(ctx, rets)
+	}()
+}
+
+func (m *Manager) release(ctx context.Context, rets []Return) error {
+	var firstErr error
+	for len(rets) > 0 {
+		n := min(len(rets), m.cfg.MaxBatch)
+		err := m.cfg.Transport.Release(ctx, rets[:n])
+		if h := m.cfg.Hooks.Released; h != nil {
+			var tokens int64
+			for _, r := range rets[:n] {
+				tokens += r.Tokens
+			}
+			h(n, tokens, err)
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		rets = rets[n:]
+	}
+	return firstErr
+}
+
+// returnAll runs after the loop has stopped: it reports what was admitted
+// outside leases and gives back every leased token.
+func (m *Manager) returnAll(ctx context.Context) error {
+	var reports []Request
+	var rets []Return
+	for _, t := range m.tableList() {
+		t.each(func(p *Pool) {
+			if c := p.consumed.Swap(0); c > 0 && !t.gone.Load() {
+				reports = append(reports, Request{Rule: t.name, Key: p.key, Consumed: c})
+			}
+			left := p.tokens.Swap(evicted)
+			t.keys.CompareAndDelete(p.key, p)
+			if left > 0 && !p.own.expiry.IsZero() && !t.gone.Load() {
+				rets = append(rets, Return{Rule: t.name, Key: p.key, Tokens: left, Epoch: p.own.epoch})
+			}
+		})
+	}
+	var firstErr error
+	for len(reports) > 0 {
+		n := min(len(reports), m.cfg.MaxBatch)
+		if _, _, err := m.cfg.Transport.Acquire(ctx, reports[:n]); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		reports = reports[n:]
+	}
+	if err := m.release(ctx, rets); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return firstErr
+}
+
+// delayQueue holds keys whose next refill must wait (a short grant's
+// retry-after), earliest first.
+type delayQueue struct{ items delayHeap }
+
+type delayed struct {
+	at time.Time
+	p  *Pool
+}
+
+type delayHeap []delayed
+
+func (h delayHeap) Len() int           { return len(h) }
+func (h delayHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h delayHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *delayHeap) Push(x any)        { *h = append(*h, x.(delayed)) }
+func (h *delayHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func (q *delayQueue) push(p *Pool, at time.Time) { heap.Push(&q.items, delayed{at: at, p: p}) }
+
+func (q *delayQueue) peek() (time.Time, bool) {
+	if len(q.items) == 0 {
+		return time.Time{}, false
+	}
+	return q.items[0].at, true
+}
+
+func (q *delayQueue) popDue(now time.Time) (*Pool, bool) {
+	if len(q.items) == 0 || q.items[0].at.After(now) {
+		return nil, false
+	}
+	return heap.Pop(&q.items).(delayed).p, true
+}
