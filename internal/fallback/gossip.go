@@ -1,0 +1,229 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Roles a gossip member may have. Only nodes divide the limits; allocators
+// join the same pool so that nodes can find them.
+const (
+	RoleNode      = "node"
+	RoleAllocator = "allocator"
+)
+
+// GossipConfig joins a memberlist pool.
+type GossipConfig struct {
+	// Name is this member's unique name, usually the node id. Required.
+	Name string
+	// Role is RoleNode or RoleAllocator. default: RoleNode
+	Role string
+	// Bind is the gossip address, host:port; port 0 picks a free one.
+	// default: "127.0.0.1:0"
+	Bind string
+	// Join lists members to contact at start; empty starts a new pool.
+	Join []string
+	// GRPC is the address an allocator serves on, advertised to nodes.
+	GRPC string
+	// Fast shortens probe and gossip intervals for a loopback test pool:
+	// a dead member is noticed in about a second instead of about five.
+	Fast bool
+	// Logger. default: slog.Default(), at debug level
+	Logger *slog.Logger
+}
+
+// Gossip is a live membership: it counts the nodes that share the limits.
+type Gossip struct {
+	ml    *memberlist.Memberlist
+	nodes atomic.Int32
+	mu    sync.Mutex
+	roles map[string]memberInfo
+}
+
+type memberInfo struct{ role, grpc string }
+
+// Join starts gossiping and joins the pool.
+func Join(cfg GossipConfig) (*Gossip, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("fallback: gossip: Name is required")
+	}
+	if cfg.Role == "" {
+		cfg.Role = RoleNode
+	}
+	if cfg.Role != RoleNode && cfg.Role != RoleAllocator {
+		return nil, fmt.Errorf("fallback: gossip: Role %q: want %q or %q", cfg.Role, RoleNode, RoleAllocator)
+	}
+	mc, err := memberlistConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gossip{roles: make(map[string]memberInfo)}
+	meta := encodeMeta(memberInfo{role: cfg.Role, grpc: cfg.GRPC})
+	mc.Delegate = metaDelegate(meta)
+	mc.Events = (*events)(g)
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("fallback: gossip: %w", err)
+	}
+	g.ml = ml
+	if len(cfg.Join) > 0 {
+		if _, err := ml.Join(cfg.Join); err != nil {
+			ml.Shutdown()
+			return nil, fmt.Errorf("fallback: gossip: join %v: %w", cfg.Join, err)
+		}
+	}
+	return g, nil
+}
+
+func memberlistConfig(cfg GossipConfig) (*memberlist.Config, error) {
+	mc := memberlist.DefaultLANConfig()
+	if cfg.Fast {
+		mc = memberlist.DefaultLocalConfig()
+		mc.ProbeInterval = 200 * time.Millisecond // a dead member is suspected within ~2 probes
+		mc.ProbeTimeout = 100 * time.Millisecond  // loopback answers in microseconds
+		mc.SuspicionMult = 2                      // and declared dead soon after
+		mc.GossipInterval = 50 * time.Millisecond // news spreads within a few rounds
+	}
+	mc.Name = cfg.Name
+	bind := cfg.Bind
+	if bind == "" {
+		bind = "127.0.0.1:0"
+	}
+	host, port, err := net.SplitHostPort(bind)
+	if err != nil {
+		return nil, fmt.Errorf("fallback: gossip: Bind %q: %w", bind, err)
+	}
+	if mc.BindPort, err = strconv.Atoi(port); err != nil {
+		return nil, fmt.Errorf("fallback: gossip: Bind %q: bad port", bind)
+	}
+	mc.BindAddr, mc.AdvertiseAddr = host, host
+	mc.AdvertisePort = mc.BindPort
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	mc.Logger = log.New(slogWriter{logger}, "", 0)
+	return mc, nil
+}
+
+// Addr is the address other members join.
+func (g *Gossip) Addr() string {
+	n := g.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Nodes counts live members with the node role. It takes no lock.
+func (g *Gossip) Nodes() int { return int(g.nodes.Load()) }
+
+// Allocators lists the gRPC addresses advertised by live allocators.
+func (g *Gossip) Allocators() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, m := range g.roles {
+		if m.role == RoleAllocator && m.grpc != "" {
+			out = append(out, m.grpc)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Leave tells the pool this member is going and stops gossiping.
+func (g *Gossip) Leave(timeout time.Duration) error {
+	err := g.ml.Leave(timeout)
+	if e := g.ml.Shutdown(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// Stop stops gossiping without a word: to the others it looks like a crash.
+func (g *Gossip) Stop() error { return g.ml.Shutdown() }
+
+func encodeMeta(m memberInfo) []byte { return []byte("role=" + m.role + ";grpc=" + m.grpc) }
+
+func decodeMeta(b []byte) memberInfo {
+	var m memberInfo
+	for _, part := range strings.Split(string(b), ";") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "role":
+			m.role = v
+		case "grpc":
+			m.grpc = v
+		}
+	}
+	return m
+}
+
+// events keeps the role of every live member, so Nodes is a load.
+type events Gossip
+
+func (e *events) set(n *memberlist.Node, alive bool) {
+	g := (*Gossip)(e)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if alive {
+		g.roles[n.Name] = decodeMeta(n.Meta)
+	} else {
+		delete(g.roles, n.Name)
+	}
+	count := 0
+	for _, m := range g.roles {
+		if m.role == RoleNode {
+			count++
+		}
+	}
+	g.nodes.Store(int32(count))
+}
+
+func (e *events) NotifyJoin(n *memberlist.Node)   { e.set(n, true) }
+func (e *events) NotifyLeave(n *memberlist.Node)  { e.set(n, false) }
+func (e *events) NotifyUpdate(n *memberlist.Node) { e.set(n, true) }
+
+// metaDelegate advertises this member's role and address.
+type metaDelegate []byte
+
+func (d metaDelegate) NodeMeta(limit int) []byte {
+	if len(d) > limit {
+		return d[:limit]
+	}
+	return d
+}
+func (metaDelegate) NotifyMsg([]byte)                {}
+func (metaDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (metaDelegate) LocalState(bool) []byte          { return nil }
+func (metaDelegate) MergeRemoteState([]byte, bool)   {}
+
+// slogWriter sends memberlist's log lines to slog at debug level; its
+// [WARN] and [ERR] lines keep their level.
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := slog.LevelDebug
+	switch {
+	case strings.Contains(line, "[ERR]"):
+		level = slog.LevelError
+	case strings.Contains(line, "[WARN]"):
+		level = slog.LevelWarn
+	}
+	w.l.Log(context.Background(), level, "memberlist: "+line)
+	return len(p), nil
+}
+
+var _ io.Writer = slogWriter{}

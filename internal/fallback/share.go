@@ -1,0 +1,113 @@
+package fallback
+
+import (
+	"sync"
+	"time"
+
+	"github.com/allot-dev/allot/internal/bucket"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Share is one key's fallback allowance on this node: a token bucket of
+// burst/N at rate/N. It follows N as the fleet changes.
+type Share struct {
+	mu    sync.Mutex
+	nodes int
+	rule  *rules.Rule
+	tb    *bucket.TokenBucket // nil when burst/N rounds to zero: deny
+}
+
+// AllowN decides n tokens at now with the fleet at nodes.
+func (s *Share) AllowN(r *rules.Rule, nodes int, now time.Time, n int64) bucket.Decision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rule != r || s.nodes != nodes {
+		s.resize(r, nodes, now)
+	}
+	if s.tb == nil {
+		// The fleet's share rounds to nothing per node: the rule's limit is
+		// smaller than the fleet. Denying keeps the fleet within the limit.
+		return bucket.Decision{Limit: r.Limit, RetryAfter: r.Period}
+	}
+	d, err := s.tb.AllowN(now, n)
+	if err != nil { // a cost above this node's share of the burst
+		return bucket.Decision{Limit: r.Limit, RetryAfter: r.Period}
+	}
+	d.Limit = r.Limit
+	return d
+}
+
+// resize rebuilds the bucket for a new N, keeping no more tokens than it
+// held: a shrinking fleet must not mint a burst.
+func (s *Share) resize(r *rules.Rule, nodes int, now time.Time) {
+	var held int64 = -1
+	if s.tb != nil {
+		held = s.tb.Drain()
+	}
+	s.rule, s.nodes, s.tb = r, nodes, nil
+	capacity := r.Capacity() / int64(nodes)
+	if capacity <= 0 {
+		return
+	}
+	tb, err := bucket.NewTokenBucketPer(capacity, r.Limit, r.Period*time.Duration(nodes), now)
+	if err != nil {
+		return
+	}
+	if held >= 0 {
+		tb.Drain()
+		tb.Deposit(held)
+	}
+	s.tb = tb
+}
+
+// Shares holds the fallback shares of one rule's keys. Keys that have not
+// fallen back for a while are forgotten, so memory follows recent use.
+type Shares struct {
+	mu   sync.Mutex
+	m    map[string]*shareEntry
+	last time.Time
+}
+
+type shareEntry struct {
+	share Share
+	used  time.Time
+}
+
+// forgetAfter is how long an unused share is kept: at least a minute and
+// at least the time the rule's bucket takes to refill, so a fresh, full
+// share admits nothing a kept one would not.
+func forgetAfter(r *rules.Rule) time.Duration {
+	refill := time.Duration(float64(r.Period) * float64(r.Capacity()) / float64(r.Limit))
+	return max(time.Minute, refill)
+}
+
+// Get returns the key's share under r, creating it.
+func (s *Shares) Get(r *rules.Rule, key string, now time.Time) *Share {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[string]*shareEntry)
+	}
+	if now.Sub(s.last) > forgetAfter(r) {
+		for k, e := range s.m {
+			if now.Sub(e.used) > forgetAfter(r) {
+				delete(s.m, k)
+			}
+		}
+		s.last = now
+	}
+	e, ok := s.m[key]
+	if !ok {
+		e = &shareEntry{}
+		s.m[key] = e
+	}
+	e.used = now
+	return &e.share
+}
+
+// Len is the number of shares kept.
+func (s *Shares) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
