@@ -44,7 +44,14 @@ func ratePerUS(r *rules.Rule) float64 { return float64(r.Limit) / float64(period
 
 func us(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
 
-func ceilUS(f float64) int64 { return int64(math.Ceil(f)) }
+// maxWaitUS caps every computed wait and lifetime (~35.7 years). A token
+// bucket with a large burst and a tiny rate (say burst 1e6, 1 token a year)
+// would otherwise need more microseconds than an int64 holds: the conversion
+// overflows to a negative expiry, the state resets on every call and the rule
+// stops limiting. The cap also keeps every instant below 2^53, exact in Lua.
+const maxWaitUS = 1 << 50
+
+func ceilUS(f float64) int64 { return int64(math.Min(math.Ceil(f), maxWaitUS)) }
 
 // refill adds the tokens earned since the last refill. A clock that steps
 // back earns nothing and does not move the stamp back.

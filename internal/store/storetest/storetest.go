@@ -83,6 +83,7 @@ func Run(t *testing.T, h Harness) {
 		{"BucketDebtIsBounded", testBucketDebt},
 		{"BucketReleaseCappedAtCapacity", testBucketRelease},
 		{"BucketRefills", testBucketRefills},
+		{"BucketWithTinyRateStillLimits", testBucketTinyRate},
 		{"FairShareAcrossHolders", testFairShare},
 		{"HoldersExpire", testHoldersExpire},
 		{"ReleaseForgetsHolder", testReleaseForgetsHolder},
@@ -174,6 +175,23 @@ func testBucketRefills(t *testing.T, h Harness) {
 	h.Advance(t, time.Second)
 	if l := acquire(t, s, r, "k", "n1", 100, 0); l.Granted != 10 {
 		t.Fatalf("granted %d after a long idle, want the capacity 10 and no more", l.Granted)
+	}
+}
+
+func testBucketTinyRate(t *testing.T, h Harness) {
+	s := h.New(t)
+	// A burst of a million at one token a year: refilling the bucket takes
+	// ~3e19 µs, more than an int64 holds. The state must still expire late,
+	// not wrap around to "already expired" and come back full.
+	r := rule(t, rules.Rule{Name: "tiny", Algorithm: rules.TokenBucket, Limit: 1, Period: rules.MaxPeriod, Burst: 1_000_000})
+	if l := acquire(t, s, r, "k", "n", 1_000_000, 0); l.Granted != 1_000_000 {
+		t.Fatalf("first lease %+v, want the burst", l)
+	}
+	if l := acquire(t, s, r, "k", "n", 1_000_000, 0); l.Granted != 0 || l.RetryAfter <= 0 {
+		t.Fatalf("lease from the emptied bucket %+v, want nothing and a positive retry_after", l)
+	}
+	if d := check(t, s, r, "k", 1); d.Allowed || d.RetryAfter <= 0 || d.ResetAfter <= 0 {
+		t.Fatalf("check on the emptied bucket %+v, want refused with positive retry_after and reset_after", d)
 	}
 }
 
