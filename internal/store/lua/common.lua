@@ -1,0 +1,158 @@
+-- common.lua is the prelude of every Allot script (Go prepends it to each
+-- algorithm's file): the helpers of internal/store/core.go, ported line by
+-- line so that the memory and Redis stores reach the same numbers.
+--
+-- Lua 5.1 numbers are doubles, as are core.go's token counts; every integer
+-- here stays below 2^53, so it is exact. Stored numbers are written with
+-- '%.17g' (never tostring, which keeps only 14 digits) so they read back bit
+-- for bit, and every number returned is already whole: Redis truncates Lua
+-- numbers to integers on the way out.
+--
+-- KEYS[1] is the one key a call touches (one hash slot on Redis Cluster).
+-- ARGV: op ('a' acquire, 'r' release, 'c' check), limit, period (µs),
+-- burst, lease ttl (µs), then the operation's own arguments.
+
+local key = KEYS[1]
+local op = ARGV[1]
+local limit = tonumber(ARGV[2])
+local period = tonumber(ARGV[3])
+local burst = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[5])
+
+-- Must equal maxWaitUS in core.go.
+local max_wait = 2 ^ 50
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+-- The store's clock is Redis' own: callers' clocks never enter a decision.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function ceil_us(x)
+  return math.min(math.ceil(x), max_wait)
+end
+
+-- Large argument lists go out in slices: Lua's unpack has a stack limit.
+local function call_chunked(cmd, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+
+-- load reads a hash state: scalar fields t (tokens or count), p (previous
+-- window), s (stamp or window index), x (expiry, µs), and holder fields
+-- "h:<node>" = "<until µs>:<want>". A missing or expired state is nil; an
+-- expired key is deleted so that none of its holders leak into the new state
+-- (memory.go replaces the whole state the same way).
+local function load(now)
+  local raw = redis.call('HGETALL', key)
+  if #raw == 0 then
+    return nil
+  end
+  local st = { holders = {} }
+  for i = 1, #raw, 2 do
+    local f, v = raw[i], raw[i + 1]
+    if string.sub(f, 1, 2) == 'h:' then
+      local c = string.find(v, ':', 1, true)
+      st.holders[string.sub(f, 3)] = { tonumber(string.sub(v, 1, c - 1)), tonumber(string.sub(v, c + 1)) }
+    elseif f == 't' or f == 'p' or f == 's' or f == 'x' then
+      st[f] = tonumber(v)
+    end
+  end
+  if st.x == nil or st.x <= now then
+    redis.call('DEL', key)
+    return nil
+  end
+  st.p = st.p or 0
+  return st
+end
+
+-- hold records node as a holder wanting want until now+ttl, forgets expired
+-- holders, and returns the wants of the other active holders and the count.
+local function hold(st, node, want, now)
+  local others, count, dead = {}, 1, {}
+  for n, h in pairs(st.holders) do
+    if h[1] <= now then
+      dead[#dead + 1] = 'h:' .. n
+    elseif n ~= node then
+      others[#others + 1] = h[2]
+      count = count + 1
+    end
+  end
+  if #dead > 0 then
+    call_chunked('HDEL', dead)
+  end
+  st.held = { 'h:' .. node, fmt(now + ttl) .. ':' .. fmt(want) }
+  return others, count
+end
+
+-- fair_grant is core.go's fairGrant: water-filling over the holders' wants.
+local function fair_grant(avail, want, others)
+  if want <= 0 or avail <= 0 then
+    return 0
+  end
+  local total = want
+  for i = 1, #others do
+    total = total + others[i]
+  end
+  if total <= avail then
+    return want
+  end
+  local wants = { want }
+  for i = 1, #others do
+    wants[i + 1] = others[i]
+  end
+  table.sort(wants)
+  local rem, n = avail, #wants
+  local level = math.huge
+  for i = 1, #wants do
+    local share = rem / n
+    if wants[i] > share then
+      level = share
+      break
+    end
+    rem = rem - wants[i]
+    n = n - 1
+  end
+  local g = math.min(want, math.floor(math.min(level, want)))
+  if g < 1 then
+    g = 1
+  end
+  return g
+end
+
+-- save writes the given fields, the expiry and a new holder if any, and sets
+-- the key's TTL in the same call: no key is ever left without one. The TTL
+-- is rounded up to whole milliseconds, so Redis never forgets a state before
+-- core.go would; the stored x decides the exact instant.
+local function save(st, now, fields)
+  fields[#fields + 1] = 'x'
+  fields[#fields + 1] = fmt(st.x)
+  if st.held then
+    fields[#fields + 1] = st.held[1]
+    fields[#fields + 1] = st.held[2]
+  end
+  redis.call('HSET', key, unpack(fields))
+  redis.call('PEXPIRE', key, fmt(math.max(1, math.ceil((st.x - now) / 1000))))
+end
+
+-- forget drops node as a holder (a release).
+local function forget(node)
+  redis.call('HDEL', key, 'h:' .. node)
+end
+
+local function dispatch(acquire, release, check)
+  local now = now_us()
+  if op == 'a' and acquire then
+    return acquire(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))
+  elseif op == 'r' and release then
+    return release(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))
+  elseif op == 'c' then
+    return check(now, tonumber(ARGV[6]))
+  end
+  return redis.error_reply('ERR allot: unsupported operation ' .. tostring(op))
+end

@@ -1,0 +1,81 @@
+-- fixed_window.lua: acquireWindow, release and checkWindow of core.go for
+-- fixed windows. State: a hash with t (count of the current window), s (the
+-- window index), x (expiry) and the holders.
+
+local function fresh()
+  return { t = 0, s = 0, p = 0, holders = {} }
+end
+
+-- roll moves the state to the window holding now. fmod is exact, so the
+-- index is the same integer division core.go performs.
+local function roll(st, now)
+  local epoch = (now - math.fmod(now, period)) / period
+  if st.s ~= epoch then
+    st.t, st.s = 0, epoch
+  end
+  return epoch, epoch * period
+end
+
+local function save_window(st, now)
+  save(st, now, { 't', fmt(st.t), 's', fmt(st.s) })
+end
+
+local function acquire(now, node, want, consumed)
+  local st = load(now) or fresh()
+  local epoch, start = roll(st, now)
+  st.t = math.min(st.t + consumed, 2 * limit)
+  local others, holders = hold(st, node, want, now)
+  local used = st.t
+  local g = fair_grant(math.floor(math.max(limit - used, 0)), want, others)
+  st.t = st.t + g
+  local remaining = math.floor(math.max(limit - used - g, 0))
+  local stop = start + period
+  -- Tokens of a window die with it: the window never exceeds its limit.
+  local lease_ttl = math.min(ttl, stop - now)
+  local retry = 0
+  if g < want and remaining == 0 then
+    retry = stop - now
+  end
+  st.x = stop + ttl
+  save_window(st, now)
+  return { g, remaining, lease_ttl, retry, holders, epoch }
+end
+
+-- Only a return into the current window is credited; a missing state is an
+-- empty window and takes nothing back.
+local function release(now, node, tokens, ret_epoch)
+  local st = load(now)
+  if not st then
+    return {}
+  end
+  forget(node)
+  local epoch = roll(st, now)
+  if ret_epoch == epoch then
+    st.t = math.max(st.t - tokens, 0)
+  end
+  save_window(st, now)
+  return {}
+end
+
+local function check(now, cost)
+  local st = load(now) or fresh()
+  local _, start = roll(st, now)
+  local used = st.t
+  local allowed = 0
+  if used + cost <= limit then
+    st.t = st.t + cost
+    used = used + cost
+    allowed = 1
+  end
+  local remaining = math.floor(math.max(limit - used, 0))
+  local stop = start + period
+  local retry = 0
+  if allowed == 0 then
+    retry = stop - now
+  end
+  st.x = stop + ttl
+  save_window(st, now)
+  return { allowed, remaining, retry, stop - now }
+end
+
+return dispatch(acquire, release, check)

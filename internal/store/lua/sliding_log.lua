@@ -1,0 +1,49 @@
+-- sliding_log.lua: checkLog of core.go. State: a sorted set with one member
+-- per admitted token, scored by its µs. Sliding logs are strict (never
+-- leased), so the script only checks and keeps no holders.
+--
+-- Members must be unique even when several tokens share one microsecond (a
+-- cost above 1, or two calls within the same µs): a member is "<µs>:<n>",
+-- n counting on from the members already at that score. Entries leave only
+-- by score range or with the whole key, so the members at one score are
+-- always "<µs>:1" .. "<µs>:k" and the next n is k+1.
+
+local function append(now, cost)
+  local stamp = fmt(now)
+  local base = redis.call('ZCOUNT', key, stamp, stamp)
+  local prefix, args = stamp .. ':', {}
+  for i = 1, cost do
+    -- base + i is at most the limit (10,000): Lua's 14-digit number
+    -- formatting writes it exactly.
+    args[2 * i - 1] = stamp
+    args[2 * i] = prefix .. (base + i)
+  end
+  call_chunked('ZADD', args)
+end
+
+-- score returns the score of the entry at a 0-based rank (-1: the newest).
+local function score(rank)
+  local e = redis.call('ZRANGE', key, fmt(rank), fmt(rank), 'WITHSCORES')
+  return tonumber(e[2])
+end
+
+local function check(now, cost)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
+  local n = redis.call('ZCARD', key)
+  local allowed, retry, count = 0, 0, n
+  if n + cost <= limit then
+    append(now, cost)
+    count = n + math.max(cost, 0)
+    allowed = 1
+  else
+    retry = score(n + cost - limit - 1) + period - now
+  end
+  local reset = 0
+  if count > 0 then
+    reset = score(-1) + period - now
+    redis.call('PEXPIRE', key, fmt(math.max(1, math.ceil(period / 1000))))
+  end
+  return { allowed, limit - count, retry, reset }
+end
+
+return dispatch(nil, nil, check)

@@ -1,0 +1,113 @@
+-- sliding_window.lua: acquireWindow, release and checkWindow of core.go for
+-- the sliding window counter. State: a hash with t (count of the current
+-- window), p (count of the previous one), s (the window index), x (expiry)
+-- and the holders.
+
+local function fresh()
+  return { t = 0, s = 0, p = 0, holders = {} }
+end
+
+-- roll moves the state to the window holding now; the window before it
+-- becomes the previous one. fmod is exact, so the index is core.go's integer
+-- division.
+local function roll(st, now)
+  local epoch = (now - math.fmod(now, period)) / period
+  if st.s ~= epoch then
+    if st.s == epoch - 1 then
+      st.p = st.t
+    else
+      st.p = 0
+    end
+    st.t, st.s = 0, epoch
+  end
+  return epoch, epoch * period
+end
+
+-- The previous window weighted by how much of it the sliding window still
+-- covers, plus the current one.
+local function estimate(st, now, start)
+  local weight = (period - (now - start)) / period
+  return st.p * weight + st.t
+end
+
+-- How long until the window admits cost more tokens.
+local function sliding_retry(st, now, start, cost)
+  local room = limit - cost - st.t
+  if room >= 0 then
+    if st.p <= room then
+      return 0
+    end
+    local at = start + period * (1 - room / st.p)
+    return math.max(0, ceil_us(at - now))
+  end
+  local at = start + period + period * (1 - (limit - cost) / st.t)
+  return math.max(0, ceil_us(at - now))
+end
+
+local function save_window(st, now)
+  save(st, now, { 't', fmt(st.t), 'p', fmt(st.p), 's', fmt(st.s) })
+end
+
+local function acquire(now, node, want, consumed)
+  local st = load(now) or fresh()
+  local epoch, start = roll(st, now)
+  st.t = math.min(st.t + consumed, 2 * limit)
+  local others, holders = hold(st, node, want, now)
+  local used = estimate(st, now, start)
+  local g = fair_grant(math.floor(math.max(limit - used, 0)), want, others)
+  st.t = st.t + g
+  local remaining = math.floor(math.max(limit - used - g, 0))
+  local retry = 0
+  if g < want then
+    retry = sliding_retry(st, now, start, math.min(want - g, limit))
+  end
+  st.x = start + 2 * period + ttl
+  save_window(st, now)
+  return { g, remaining, ttl, retry, holders, epoch }
+end
+
+-- A return is credited to the window it was leased in, while that window
+-- still counts; a missing state takes nothing back.
+local function release(now, node, tokens, ret_epoch)
+  local st = load(now)
+  if not st then
+    return {}
+  end
+  forget(node)
+  local epoch = roll(st, now)
+  if ret_epoch == epoch then
+    st.t = math.max(st.t - tokens, 0)
+  elseif ret_epoch == epoch - 1 then
+    st.p = math.max(st.p - tokens, 0)
+  end
+  save_window(st, now)
+  return {}
+end
+
+local function check(now, cost)
+  local st = load(now) or fresh()
+  local _, start = roll(st, now)
+  local used = estimate(st, now, start)
+  local allowed = 0
+  if used + cost <= limit then
+    st.t = st.t + cost
+    used = used + cost
+    allowed = 1
+  end
+  local remaining = math.floor(math.max(limit - used, 0))
+  local stop = start + period
+  local retry, reset = 0, 0
+  if allowed == 0 then
+    retry = sliding_retry(st, now, start, cost)
+  end
+  if st.t > 0 then
+    reset = start + 2 * period - now
+  elseif st.p > 0 then
+    reset = stop - now
+  end
+  st.x = start + 2 * period + ttl
+  save_window(st, now)
+  return { allowed, remaining, retry, reset }
+end
+
+return dispatch(acquire, release, check)

@@ -1,0 +1,437 @@
+package store
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Redis is the shared store of a fleet of allocators. Each (rule, key) is one
+// Redis key changed by one Lua script call (a port of core.go), with the time
+// taken from Redis and a TTL set in the same call; a batch is one pipelined
+// round trip. Every failure to reach Redis wraps ErrUnavailable.
+type Redis struct {
+	client  redis.UniversalClient
+	owned   bool // Close closes the client: DialRedis made it
+	timeout time.Duration
+	prefix  string
+	closing sync.Once
+}
+
+// RedisOptions tunes a Redis store. The zero value means the defaults.
+type RedisOptions struct {
+	// Timeout bounds each store call, a retry after NOSCRIPT included, so
+	// that a dead or hung Redis costs milliseconds, not seconds.
+	// default: 50ms
+	Timeout time.Duration
+	// KeyPrefix starts every key the store writes: "<prefix>:tb:{rule|key}".
+	// default: "allot"
+	KeyPrefix string
+	// Cluster makes DialRedis connect to a Redis Cluster. The URL then names
+	// one or more seed nodes: "redis://h1:p1?addr=h2:p2&addr=h3:p3" (the
+	// redis.ParseClusterURL form).
+	// default: false, a single Redis
+	Cluster bool
+}
+
+const (
+	defaultRedisTimeout = 50 * time.Millisecond
+	defaultKeyPrefix    = "allot"
+)
+
+func (o RedisOptions) withDefaults() RedisOptions {
+	if o.Timeout == 0 {
+		o.Timeout = defaultRedisTimeout
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = defaultKeyPrefix
+	}
+	return o
+}
+
+// NewRedis returns a store on client, a *redis.Client or *redis.ClusterClient
+// whose options must enable ContextTimeoutEnabled (else go-redis ignores the
+// per-call deadline on sockets and a hung Redis blocks for ReadTimeout). The
+// caller keeps ownership: Close leaves the client open.
+//
+// The scripts are loaded now if Redis answers; a Redis that is down is not an
+// error, since the scripts load again by themselves (see run) once it is back.
+// A Redis that answers but refuses a script is an error.
+func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("store: NewRedis: nil client")
+	}
+	opts = opts.withDefaults()
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("store: NewRedis: negative timeout %v", opts.Timeout)
+	}
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		// Redis Cluster would hash the prefix's braces, not (rule, key):
+		// every key in one slot.
+		return nil, fmt.Errorf("store: NewRedis: key prefix %q holds a brace", opts.KeyPrefix)
+	}
+	if err := checkContextTimeouts(client); err != nil {
+		return nil, err
+	}
+	s := &Redis{client: client, timeout: opts.Timeout, prefix: opts.KeyPrefix}
+	if err := s.loadScripts(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func checkContextTimeouts(client redis.UniversalClient) error {
+	enabled := true
+	switch c := client.(type) {
+	case *redis.Client:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		enabled = c.Options().ContextTimeoutEnabled
+	}
+	if !enabled {
+		return errors.New("store: NewRedis: the client must set ContextTimeoutEnabled, or a hung Redis blocks calls for its ReadTimeout")
+	}
+	return nil
+}
+
+// DialRedis connects to the Redis at url (redis:// or rediss://, see
+// redis.ParseURL; with opts.Cluster, the seed list form of
+// redis.ParseClusterURL) and returns a store that owns the client. Timeouts
+// the URL leaves unset are set for fast failure: dial, read, write and pool
+// waits of opts.Timeout, no retries inside go-redis (a retry would double the
+// time a caller waits on a dead Redis; the caller retries by itself), and
+// sockets that honour each call's deadline. A Redis more than a few
+// milliseconds away needs a larger opts.Timeout: it bounds dials too.
+func DialRedis(url string, opts RedisOptions) (*Redis, error) {
+	opts = opts.withDefaults()
+	client, err := dial(url, opts)
+	if err != nil {
+		return nil, fmt.Errorf("store: DialRedis: %w", err)
+	}
+	s, err := NewRedis(client, opts)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+func dial(url string, opts RedisOptions) (redis.UniversalClient, error) {
+	if opts.Cluster {
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, err
+		}
+		failFast(opts.Timeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries)
+		o.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	failFast(opts.Timeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries)
+	o.ContextTimeoutEnabled = true
+	return redis.NewClient(o), nil
+}
+
+// failFast fills the timeouts and retry counts that are still zero.
+func failFast(timeout time.Duration, dial, read, write, pool *time.Duration, retries, dialRetries *int) {
+	for _, d := range []*time.Duration{dial, read, write, pool} {
+		if *d == 0 {
+			*d = timeout
+		}
+	}
+	if *retries == 0 {
+		*retries = -1 // go-redis: -1 disables retries, 0 means 3
+	}
+	if *dialRetries == 0 {
+		*dialRetries = 1 // one dial attempt per call; 0 means 5 with backoff
+	}
+}
+
+// Close closes the client if the store created it (DialRedis); a client
+// passed to NewRedis is left to its owner.
+func (s *Redis) Close() error {
+	var err error
+	s.closing.Do(func() {
+		if s.owned {
+			err = s.client.Close()
+		}
+	})
+	return err
+}
+
+// Acquire implements Store: the whole batch is one pipelined round trip.
+func (s *Redis) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for i := range reqs {
+		if !reqs[i].Rule.Leasable() {
+			return nil, ErrNotLeasable
+		}
+	}
+	calls := make([]scriptCall, len(reqs))
+	for i := range reqs {
+		calls[i] = s.acquireCall(&reqs[i])
+	}
+	replies, err := s.run(ctx, calls)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Lease, len(reqs))
+	for i, v := range replies {
+		if len(v) != 6 {
+			return nil, badReply("acquire", v)
+		}
+		out[i] = Lease{Granted: v[0], Remaining: v[1], TTL: us(v[2]), RetryAfter: us(v[3]), Holders: int(v[4]), Epoch: v[5]}
+	}
+	return out, nil
+}
+
+// Release implements Store: the whole batch is one pipelined round trip.
+func (s *Redis) Release(ctx context.Context, rets []Return) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i := range rets {
+		if !rets[i].Rule.Leasable() {
+			return ErrNotLeasable
+		}
+	}
+	calls := make([]scriptCall, len(rets))
+	for i := range rets {
+		calls[i] = s.releaseCall(&rets[i])
+	}
+	_, err := s.run(ctx, calls)
+	return err
+}
+
+// Check implements Store.
+func (s *Redis) Check(ctx context.Context, r *rules.Rule, key string, cost int64) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	if cost > r.Capacity() {
+		return Decision{}, ErrCostAboveCapacity
+	}
+	replies, err := s.run(ctx, []scriptCall{s.checkCall(r, key, cost)})
+	if err != nil {
+		return Decision{}, err
+	}
+	v := replies[0]
+	if len(v) != 4 {
+		return Decision{}, badReply("check", v)
+	}
+	return Decision{Allowed: v[0] == 1, Limit: r.Limit, Remaining: v[1], RetryAfter: us(v[2]), ResetAfter: us(v[3])}, nil
+}
+
+func badReply(op string, v []int64) error {
+	return fmt.Errorf("store: redis %s script replied %v", op, v)
+}
+
+// scriptCall is one script run on one key.
+type scriptCall struct {
+	script *luaScript
+	key    string
+	args   []any
+}
+
+// ruleArgs are the ARGV every script starts with, after the operation.
+func ruleArgs(op string, r *rules.Rule, extra ...any) []any {
+	args := make([]any, 0, 5+len(extra))
+	args = append(args, op, r.Limit, periodUS(r), r.Burst, r.Lease.TTL.Microseconds())
+	return append(args, extra...)
+}
+
+func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
+	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), ruleArgs("a", req.Rule, req.Node, req.Want, req.Consumed)}
+}
+
+func (s *Redis) releaseCall(ret *Return) scriptCall {
+	return scriptCall{scriptFor(ret.Rule), s.key(ret.Rule, ret.Key), ruleArgs("r", ret.Rule, ret.Node, ret.Tokens, ret.Epoch)}
+}
+
+func (s *Redis) checkCall(r *rules.Rule, key string, cost int64) scriptCall {
+	return scriptCall{scriptFor(r), s.key(r, key), ruleArgs("c", r, cost)}
+}
+
+// key is "<prefix>:<alg>:{<rule>|<key>}". The algorithm is part of the name,
+// so a rule whose algorithm changes on reload starts afresh instead of
+// meeting a value of the wrong type. The braces are a Redis Cluster hash tag
+// that puts one (rule, key) in one slot, and spreads distinct keys over
+// slots. Rule names never hold '|', so the name is unambiguous whatever the
+// key holds; a '}' in the key only shortens the hash tag.
+func (s *Redis) key(r *rules.Rule, key string) string {
+	return s.prefix + ":" + scriptFor(r).tag + ":{" + r.Name + "|" + key + "}"
+}
+
+// run sends one EVALSHA per call in one pipeline and returns the replies in
+// order. A call answered NOSCRIPT (Redis restarted, flushed its scripts, or
+// a cluster node never saw them) is sent again once with EVAL, which runs
+// the source and caches it for the next EVALSHA. NOSCRIPT means the script
+// did not run, so the retry cannot apply a request twice. The deadline
+// covers both round trips.
+func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]int64, error) {
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(parent, s.timeout)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(calls))
+	s.send(ctx, calls, cmds, false)
+	if clearNoScript(cmds) {
+		s.send(ctx, calls, cmds, true)
+	}
+	out := make([][]int64, len(calls))
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return nil, s.failure(parent, err)
+		}
+		v, err := cmd.Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("store: redis script %s replied %v: %w", calls[i].script.name, cmd.Val(), err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// send pipelines the calls whose slot in cmds is nil and fills it.
+func (s *Redis) send(ctx context.Context, calls []scriptCall, cmds []*redis.Cmd, eval bool) {
+	pipe := s.client.Pipeline()
+	for i := range calls {
+		if cmds[i] != nil {
+			continue
+		}
+		c := &calls[i]
+		if eval {
+			cmds[i] = pipe.Eval(ctx, c.script.src, []string{c.key}, c.args...)
+		} else {
+			cmds[i] = pipe.EvalSha(ctx, c.script.sha, []string{c.key}, c.args...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+}
+
+// clearNoScript clears the commands that failed with NOSCRIPT, so that send
+// sends just those again, and reports whether there were any.
+func clearNoScript(cmds []*redis.Cmd) bool {
+	found := false
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmds[i], found = nil, true
+		}
+	}
+	return found
+}
+
+// failure classifies an error of a store call. The caller's own cancellation
+// or deadline is returned as such. A reply that retrying cannot fix (a
+// script error, WRONGTYPE, an ACL refusal) is a plain error. Everything else
+// (a refused dial, a timeout, a reset connection, an exhausted pool, a
+// loading, busy, read-only or failing-over server, a cluster that is down or
+// resharding) is ErrUnavailable, with the cause kept in the message.
+func (s *Redis) failure(parent context.Context, err error) error {
+	if perr := parent.Err(); perr != nil {
+		return perr
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !transient(rerr) {
+		return fmt.Errorf("store: redis: %w", err)
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// transientReplies are the error replies of a Redis that cannot serve now
+// but will.
+var transientReplies = []string{
+	"LOADING", "BUSY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "READONLY",
+	"NOREPLICAS", "OOM", "MISCONF", "MOVED", "ASK", "NOSCRIPT",
+}
+
+func transient(err redis.Error) bool {
+	msg := err.Error()
+	for _, p := range transientReplies {
+		if strings.HasPrefix(msg, p+" ") || msg == p {
+			return true
+		}
+	}
+	return false
+}
+
+// loadScripts loads every script (on every shard of a cluster). Only an
+// answer from Redis that refuses a script fails; unreachable is left to the
+// NOSCRIPT path.
+func (s *Redis) loadScripts() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	for _, sc := range scripts {
+		if sc == nil {
+			continue
+		}
+		sha, err := s.client.ScriptLoad(ctx, sc.src).Result()
+		var rerr redis.Error
+		switch {
+		case errors.As(err, &rerr) && !transient(rerr):
+			return fmt.Errorf("store: redis refused script %s: %w", sc.name, err)
+		case err != nil:
+			return nil
+		case sha != sc.sha:
+			return fmt.Errorf("store: redis hashed script %s as %s, want %s", sc.name, sha, sc.sha)
+		}
+	}
+	return nil
+}
+
+// luaScript is one algorithm's script: common.lua followed by the
+// algorithm's file, so that the shared helpers exist once in the source tree.
+type luaScript struct {
+	name string
+	tag  string // the algorithm's part of a key
+	src  string
+	sha  string // hex SHA-1 of src, as EVALSHA names it
+}
+
+var (
+	//go:embed lua/common.lua
+	luaCommon string
+	//go:embed lua/token_bucket.lua
+	luaTokenBucket string
+	//go:embed lua/fixed_window.lua
+	luaFixedWindow string
+	//go:embed lua/sliding_window.lua
+	luaSlidingWindow string
+	//go:embed lua/sliding_log.lua
+	luaSlidingLog string
+)
+
+// scripts is indexed by rules.Algorithm.
+var scripts = [...]*luaScript{
+	rules.TokenBucket:   newLuaScript("token_bucket", "tb", luaTokenBucket),
+	rules.FixedWindow:   newLuaScript("fixed_window", "fw", luaFixedWindow),
+	rules.SlidingWindow: newLuaScript("sliding_window", "sw", luaSlidingWindow),
+	rules.SlidingLog:    newLuaScript("sliding_log", "sl", luaSlidingLog),
+}
+
+func newLuaScript(name, tag, body string) *luaScript {
+	src := luaCommon + "\n" + body
+	sum := sha1.Sum([]byte(src))
+	return &luaScript{name: name, tag: tag, src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// scriptFor returns the script of r's algorithm; rules are normalized, so
+// the algorithm is one of the four.
+func scriptFor(r *rules.Rule) *luaScript { return scripts[r.Algorithm] }
