@@ -1,0 +1,143 @@
+// Command allocator is Allot's central allocator: it lends rate-limit tokens
+// to nodes over gRPC, keeping the truth in Redis or, alone, in memory.
+//
+// Every flag may also be set by an environment variable: --listen by
+// ALLOT_LISTEN, --redis by ALLOT_REDIS, and so on. A flag wins over its
+// variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/allot-dev/allot/internal/allocator"
+)
+
+type options struct {
+	listen       string
+	config       string
+	redis        string
+	metrics      string
+	storeTimeout time.Duration
+	drainTimeout time.Duration
+	logLevel     string
+	logFormat    string
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "allocator:", err)
+		os.Exit(1)
+	}
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("allocator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:7070", "gRPC listen address (ALLOT_LISTEN)")
+	fs.StringVar(&o.config, "config", "", "rules file in YAML; reloaded on SIGHUP (ALLOT_CONFIG). Default: the built-in example rules")
+	fs.StringVar(&o.redis, "redis", "", "Redis URL, redis:// or rediss:// (ALLOT_REDIS). Default: the embedded memory store")
+	fs.StringVar(&o.metrics, "metrics", "127.0.0.1:9090", "HTTP address of /metrics and /healthz; empty to disable (ALLOT_METRICS)")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", 100*time.Millisecond, "deadline of each store call (ALLOT_STORE_TIMEOUT)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "how long SIGTERM waits for calls in flight (ALLOT_DRAIN_TIMEOUT)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (ALLOT_LOG_FORMAT)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: allocator [flags]\n\nAllot's central allocator. Flags:\n")
+		fs.PrintDefaults()
+	}
+	if err := envDefaults(fs); err != nil {
+		return nil, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	return o, nil
+}
+
+// envDefaults applies ALLOT_<FLAG> variables before the command line, so
+// that flags win.
+func envDefaults(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "ALLOT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			if e := f.Value.Set(v); e != nil {
+				err = fmt.Errorf("%s=%q: %v", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func newLogger(o *options, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %v", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: want text or json, got %q", o.logFormat)
+}
+
+func run(args []string, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(o, stderr)
+	if err != nil {
+		return err
+	}
+	a, err := allocator.New(allocator.Config{
+		Listen: o.listen, RulesFile: o.config, RedisURL: o.redis, MetricsListen: o.metrics,
+		StoreTimeout: o.storeTimeout, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve() }()
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	for {
+		select {
+		case err := <-served:
+			return err
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				_ = a.Reload() // logged; the old rules stay
+				continue
+			}
+			log.Info("draining", "signal", sig.String(), "deadline", o.drainTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
+			err := a.Shutdown(ctx)
+			cancel()
+			<-served
+			return err
+		}
+	}
+}

@@ -1,0 +1,269 @@
+// Package allocator wires the allocator process: listeners, gRPC services,
+// the store, rules reloads, metrics and graceful shutdown. cmd/allocator is
+// its command line; tests and the bench run it in-process.
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/server"
+	"github.com/allot-dev/allot/internal/store"
+)
+
+// Config is what an allocator needs. The zero value runs the built-in
+// example rules on the embedded store, listening on a free loopback port.
+type Config struct {
+	// Listen is the gRPC address. default: "127.0.0.1:0" (cmd/allocator
+	// passes 127.0.0.1:7070)
+	Listen string
+	// RulesFile is a YAML rules file, reloaded by Reload. default: none, the
+	// built-in example rules
+	RulesFile string
+	// Rules, when set and RulesFile is empty, is the rule set to serve.
+	Rules *rules.Set
+	// RedisURL selects the Redis store (redis:// or rediss://). default:
+	// none, the embedded memory store
+	RedisURL string
+	// Store, when set, is used instead of RedisURL or memory. The allocator
+	// does not close it.
+	Store store.Store
+	// MetricsListen serves /metrics and /healthz over HTTP. default: none
+	MetricsListen string
+	// StoreTimeout bounds each store call. default: 100ms
+	StoreTimeout time.Duration
+	// Limits bound the input of every call. default: server.DefaultLimits()
+	Limits server.Limits
+	// Logger. default: slog.Default()
+	Logger *slog.Logger
+}
+
+// Allocator is a running allocator process.
+type Allocator struct {
+	cfg      Config
+	log      *slog.Logger
+	store    store.Store
+	ownStore bool
+	server   *server.Server
+	metrics  *server.Metrics
+	registry *prometheus.Registry
+	grpc     *grpc.Server
+	health   *health.Server
+	lis      net.Listener
+	http     *http.Server
+	httpLis  net.Listener
+
+	reloadMu sync.Mutex
+	stopOnce sync.Once
+}
+
+// New builds an allocator and binds its listeners; Serve starts serving.
+func New(cfg Config) (*Allocator, error) {
+	a := &Allocator{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry()}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	set, err := a.initialRules()
+	if err != nil {
+		return nil, err
+	}
+	if err := a.openStore(); err != nil {
+		return nil, err
+	}
+	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.metrics = server.NewMetrics(a.registry)
+	a.server, err = server.New(server.Config{Store: a.store, Rules: set, StoreTimeout: cfg.StoreTimeout,
+		Limits: cfg.Limits, Metrics: a.metrics, Logger: a.log})
+	if err != nil {
+		a.closeStore()
+		return nil, err
+	}
+	if err := a.listen(); err != nil {
+		a.closeStore()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Allocator) initialRules() (*rules.Set, error) {
+	switch {
+	case a.cfg.RulesFile != "":
+		return rules.Load(a.cfg.RulesFile)
+	case a.cfg.Rules != nil:
+		return a.cfg.Rules, nil
+	}
+	a.log.Info("no rules file given: serving the built-in example rules (see README)")
+	return rules.Example(), nil
+}
+
+func (a *Allocator) openStore() error {
+	switch {
+	case a.cfg.Store != nil:
+		a.store = a.cfg.Store
+		return nil
+	case a.cfg.RedisURL != "":
+		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.cfg.StoreTimeout})
+		if err != nil {
+			return fmt.Errorf("allocator: redis: %w", err)
+		}
+		a.store, a.ownStore = s, true
+		a.log.Info("store: redis", "url", redactURL(a.cfg.RedisURL))
+		return nil
+	}
+	a.store, a.ownStore = store.NewMemory(clock.Real()), true
+	a.log.Warn("store: embedded memory: state is lost on restart and is not shared; run one allocator, or use --redis for several")
+	return nil
+}
+
+func (a *Allocator) closeStore() {
+	if a.ownStore {
+		if err := a.store.Close(); err != nil {
+			a.log.Warn("closing the store", "err", err)
+		}
+	}
+}
+
+func (a *Allocator) listen() error {
+	addr := a.cfg.Listen
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("allocator: listen %s: %w", addr, err)
+	}
+	a.lis = lis
+	a.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(a.metrics.UnaryInterceptor()),
+		// Nodes keep their connection warm with pings; allow them.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	a.server.Register(a.grpc)
+	a.health = health.NewServer()
+	healthpb.RegisterHealthServer(a.grpc, a.health)
+	reflection.Register(a.grpc)
+	if a.cfg.MetricsListen == "" {
+		return nil
+	}
+	a.httpLis, err = net.Listen("tcp", a.cfg.MetricsListen)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("allocator: listen %s (metrics): %w", a.cfg.MetricsListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return nil
+}
+
+// Addr is the gRPC address the allocator listens on.
+func (a *Allocator) Addr() string { return a.lis.Addr().String() }
+
+// MetricsAddr is the HTTP address of /metrics, or "" when there is none.
+func (a *Allocator) MetricsAddr() string {
+	if a.httpLis == nil {
+		return ""
+	}
+	return a.httpLis.Addr().String()
+}
+
+// Registry holds the allocator's metrics.
+func (a *Allocator) Registry() *prometheus.Registry { return a.registry }
+
+// Rules is the rule set being served.
+func (a *Allocator) Rules() *rules.Set { return a.server.Rules() }
+
+// Serve serves until Shutdown or Stop, and returns nil then.
+func (a *Allocator) Serve() error {
+	if a.http != nil {
+		go func() {
+			if err := a.http.Serve(a.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("metrics server", "err", err)
+			}
+		}()
+	}
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	a.health.SetServingStatus("allot.v1.Allocator", healthpb.HealthCheckResponse_SERVING)
+	a.log.Info("allocator serving", "grpc", a.Addr(), "metrics", a.MetricsAddr(), "rules", a.server.Rules().Len(),
+		"rules_version", a.server.Rules().Version())
+	err := a.grpc.Serve(a.lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Reload re-reads the rules file. An invalid file keeps the current rules;
+// the error says why.
+func (a *Allocator) Reload() error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	if a.cfg.RulesFile == "" {
+		return errors.New("allocator: no rules file to reload (started without --config)")
+	}
+	set, err := rules.Load(a.cfg.RulesFile)
+	a.metrics.ObserveReload(err)
+	if err != nil {
+		a.log.Error("rules reload failed; keeping the current rules", "err", err, "rules_version", a.server.Rules().Version())
+		return err
+	}
+	old := a.server.Rules().Version()
+	a.server.SetRules(set)
+	a.log.Info("rules reloaded", "rules", set.Len(), "rules_version", set.Version(), "previous_version", old)
+	return nil
+}
+
+// Shutdown stops taking calls, lets calls in flight finish until ctx ends,
+// then stops hard and closes the store.
+func (a *Allocator) Shutdown(ctx context.Context) error {
+	a.health.Shutdown() // health checks now answer NOT_SERVING
+	done := make(chan struct{})
+	go func() {
+		a.grpc.GracefulStop()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("allocator: drain deadline passed with calls in flight: %w", ctx.Err())
+		a.grpc.Stop()
+		<-done
+	}
+	a.finish()
+	return err
+}
+
+// Stop stops at once, dropping calls in flight: what a crash looks like to
+// the nodes, without exiting the process.
+func (a *Allocator) Stop() {
+	a.grpc.Stop()
+	a.finish()
+}
+
+func (a *Allocator) finish() {
+	a.stopOnce.Do(func() {
+		if a.http != nil {
+			a.http.Close()
+		}
+		a.closeStore()
+	})
+}
