@@ -44,27 +44,33 @@ local function call_chunked(cmd, list)
 end
 
 -- load reads a hash state: scalar fields t (tokens or count), p (previous
--- window), s (stamp or window index), x (expiry, µs), and holder fields
--- "h:<node>" = "<until µs>:<want>". A missing or expired state is nil; an
--- expired key is deleted so that none of its holders leak into the new state
--- (memory.go replaces the whole state the same way).
-local function load(now)
-  local raw = redis.call('HGETALL', key)
-  if #raw == 0 then
-    return nil
-  end
+-- window), s (stamp or window index), x (expiry, µs), and, for an acquire,
+-- the holder fields "h:<node>" = "<until µs>:<want>" (a check or a release
+-- reads no holder, so its cost does not grow with them). A missing or
+-- expired state is nil; an expired key is deleted so that none of its
+-- holders leak into the new state (memory.go replaces the whole state the
+-- same way).
+local function load(now, with_holders)
   local st = { holders = {} }
-  for i = 1, #raw, 2 do
-    local f, v = raw[i], raw[i + 1]
-    if string.sub(f, 1, 2) == 'h:' then
-      local c = string.find(v, ':', 1, true)
-      st.holders[string.sub(f, 3)] = { tonumber(string.sub(v, 1, c - 1)), tonumber(string.sub(v, c + 1)) }
-    elseif f == 't' or f == 'p' or f == 's' or f == 'x' then
-      st[f] = tonumber(v)
+  if with_holders then
+    local raw = redis.call('HGETALL', key)
+    for i = 1, #raw, 2 do
+      local f, v = raw[i], raw[i + 1]
+      if string.sub(f, 1, 2) == 'h:' then
+        local c = string.find(v, ':', 1, true)
+        st.holders[string.sub(f, 3)] = { tonumber(string.sub(v, 1, c - 1)), tonumber(string.sub(v, c + 1)) }
+      elseif f == 't' or f == 'p' or f == 's' or f == 'x' then
+        st[f] = tonumber(v)
+      end
     end
+  else
+    local v = redis.call('HMGET', key, 't', 'p', 's', 'x')
+    st.t, st.p, st.s, st.x = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
   end
   if st.x == nil or st.x <= now then
-    redis.call('DEL', key)
+    if st.t ~= nil or st.x ~= nil or next(st.holders) ~= nil then
+      redis.call('DEL', key)
+    end
     return nil
   end
   st.p = st.p or 0

@@ -21,7 +21,7 @@ local function save_window(st, now)
 end
 
 local function acquire(now, node, want, consumed)
-  local st = load(now) or fresh()
+  local st = load(now, true) or fresh()
   local epoch, start = roll(st, now)
   st.t = math.min(st.t + consumed, 2 * limit)
   local others, holders = hold(st, node, want, now)

@@ -22,7 +22,7 @@ local function save_bucket(st, now)
 end
 
 local function acquire(now, node, want, consumed)
-  local st = load(now) or fresh(now)
+  local st = load(now, true) or fresh(now)
   refill(st, now)
   st.t = math.max(st.t - consumed, -capacity)
   local others, holders = hold(st, node, want, now)
