@@ -37,6 +37,16 @@ func (s *Share) AllowN(r *rules.Rule, nodes int, now time.Time, n int64) bucket.
 	return d
 }
 
+// Refund gives back n tokens that AllowN took for a request that did not
+// go ahead after all.
+func (s *Share) Refund(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tb != nil {
+		s.tb.Deposit(n)
+	}
+}
+
 // resize rebuilds the bucket for a new N, keeping no more tokens than it
 // held: a shrinking fleet must not mint a burst.
 func (s *Share) resize(r *rules.Rule, nodes int, now time.Time) {

@@ -386,11 +386,20 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	}
 	next := now
 	if g.Granted < f.want {
-		refresh := r.Lease.Refresh
-		next = now.Add(min(max(g.RetryAfter, refresh/4), refresh))
+		next = now.Add(retryDelay(r, g.RetryAfter))
 	}
 	p.notBefore.Store(next.UnixNano())
 	p.queued.Store(false)
+}
+
+// retryDelay paces a key whose lease fell short, because the allocator had
+// too few tokens or kept some for the key's other holders: it asks again
+// after a refresh interval, or later if the allocator says tokens will take
+// longer (within a TTL). Under contention the fleet then makes about one
+// call per node and interval, and the tokens wait for it centrally, where
+// nothing is lost; asking sooner would only take other holders' shares.
+func retryDelay(r *rules.Rule, retryAfter time.Duration) time.Duration {
+	return min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL)
 }
 
 // deposit adds tokens that die at expiry. What older leases left keeps its

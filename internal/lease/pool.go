@@ -126,6 +126,10 @@ func (p *Pool) Missed(n int64, consumed bool) {
 	p.WantRefill()
 }
 
+// Unconsume takes back a fallback admission recorded by Missed whose
+// request did not go ahead after all.
+func (p *Pool) Unconsume(n int64) { p.consumed.Add(-n) }
+
 // WantRefill asks the manager for a lease unless one is already on its way.
 // It never blocks: when the manager's queue is full the sweep finds the key.
 func (p *Pool) WantRefill() {

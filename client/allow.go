@@ -1,0 +1,210 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/fallback"
+	"github.com/allot-dev/allot/internal/lease"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Mode says which part of Allot made a decision.
+type Mode uint8
+
+const (
+	// ModeLease: decided locally from tokens the allocator lent this node.
+	ModeLease Mode = iota + 1
+	// ModeFallback: decided locally from the node's share, limit/N, because
+	// the key had no lease yet or the allocator could not be reached.
+	ModeFallback
+	// ModeStrict: decided by the allocator for this one request.
+	ModeStrict
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeLease:
+		return "lease"
+	case ModeFallback:
+		return "fallback"
+	case ModeStrict:
+		return "strict"
+	}
+	return "unknown"
+}
+
+// Decision is what a caller needs to answer its own client.
+type Decision struct {
+	Allowed bool
+	// Limit is the rule's limit per period.
+	Limit int64
+	// Remaining is what this node can still admit without asking: the
+	// tokens of its lease, its fallback share, or the allocator's count for
+	// a strict rule.
+	Remaining int64
+	// RetryAfter is, when refused, how long until asking again may pass;
+	// the value of an HTTP Retry-After.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limit is whole again, where known.
+	ResetAfter time.Duration
+	// Mode is the part of Allot that decided.
+	Mode Mode
+}
+
+// Allow reports whether one request for key under rule may proceed. An
+// error (an unknown rule, a bad key, a closed client) is a refusal; use
+// AllowN to see it.
+func (c *Client) Allow(ctx context.Context, rule, key string) bool {
+	d, err := c.AllowN(ctx, rule, key, 1)
+	return err == nil && d.Allowed
+}
+
+// AllowN decides a request that costs n tokens. On a key that holds leased
+// tokens it is an in-memory step: no network, no clock, no allocation.
+func (c *Client) AllowN(ctx context.Context, rule, key string, n int64) (Decision, error) {
+	rs, err := c.state(rule, key, n)
+	if err != nil {
+		return Decision{}, err
+	}
+	if rs.table == nil {
+		return c.decideStrict(ctx, rs, key, n)
+	}
+	d, _ := c.take(rs, key, n)
+	return d, nil
+}
+
+// state finds the rule and checks the request's shape.
+func (c *Client) state(rule, key string, n int64) (*ruleState, error) {
+	rs := c.rules.Load().byName[rule]
+	switch {
+	case rs == nil:
+		return nil, c.unknownRule(rule)
+	case !validKey(key):
+		return nil, ErrInvalidKey
+	case n <= 0:
+		return nil, ErrInvalidCost
+	case n > rs.rule.Capacity():
+		return nil, fmt.Errorf("%w: cost %d, capacity %d of rule %q", ErrCostAboveCapacity, n, rs.rule.Capacity(), rule)
+	}
+	return rs, nil
+}
+
+func (c *Client) unknownRule(rule string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	c.requestRules()
+	return fmt.Errorf("%w %q", ErrUnknownRule, rule)
+}
+
+// spend records where a decision took its tokens from, so that a
+// multi-rule check can give them back.
+type spend struct {
+	pool  *lease.Pool
+	share *fallback.Share
+	n     int64
+}
+
+func (s spend) undo() {
+	switch {
+	case s.share != nil:
+		s.share.Refund(s.n)
+		s.pool.Unconsume(s.n)
+	case s.pool != nil:
+		s.pool.Give(s.n)
+	}
+}
+
+// take decides a leasable rule: lease tokens first, else what the key may
+// do without them.
+func (c *Client) take(rs *ruleState, key string, n int64) (Decision, spend) {
+	for {
+		p := rs.table.Pool(key)
+		left, ok := p.Take(n)
+		if ok {
+			return Decision{Allowed: true, Limit: rs.rule.Limit, Remaining: left, Mode: ModeLease}, spend{pool: p, n: n}
+		}
+		if left >= 0 {
+			return c.withoutLease(rs, p, key, n)
+		}
+		// The pool was evicted under us; the table now has a fresh one.
+	}
+}
+
+// withoutLease decides when the pool is empty. A key the allocator is
+// serving waits for its next lease; a key it is not serving (new, or the
+// allocator unreachable) uses the node's fallback share, reported later as
+// consumed — unless the rule fails closed and the allocator is down.
+func (c *Client) withoutLease(rs *ruleState, p *lease.Pool, key string, n int64) (Decision, spend) {
+	r := rs.rule
+	now := c.cfg.clock.Now()
+	down := c.mgr.Down()
+	if c.closed.Load() || (p.Served() && !down) {
+		p.Missed(n, false)
+		rs.counts.decide(false, ModeLease)
+		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n, now), Mode: ModeLease}, spend{}
+	}
+	if down && r.Failure == rules.FailClosed {
+		p.Missed(n, false)
+		rs.counts.decide(false, ModeFallback)
+		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback}, spend{}
+	}
+	share := rs.shares.Get(r, key, now)
+	bd := share.AllowN(r, c.nodesFor(p.Holders()), now, n)
+	p.Missed(n, bd.Allowed)
+	rs.counts.decide(bd.Allowed, ModeFallback)
+	d := Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,
+		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback}
+	if !bd.Allowed {
+		return d, spend{}
+	}
+	return d, spend{pool: p, share: share, n: n}
+}
+
+// leaseRetry estimates when a starved key may pass: not before its next
+// refill, and not before the rule could have made n tokens.
+func leaseRetry(p *lease.Pool, r *rules.Rule, n int64, now time.Time) time.Duration {
+	made := time.Duration(float64(n) / r.Rate() * float64(time.Second))
+	return max(p.NotBefore().Sub(now), made, time.Millisecond)
+}
+
+// decideStrict asks the allocator; when it cannot answer, the rule's
+// failure mode decides.
+func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n int64) (Decision, error) {
+	r := rs.rule
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CheckTimeout)
+	defer cancel()
+	done := c.metrics.rpc("Check")
+	resp, err := c.api.Check(cctx, &allotv1.CheckRequest{Rule: r.Name, Key: key, Cost: n})
+	done(err)
+	if err == nil {
+		rs.counts.decide(resp.GetAllowed(), ModeStrict)
+		return Decision{Allowed: resp.GetAllowed(), Limit: resp.GetLimit(), Remaining: resp.GetRemaining(),
+			RetryAfter: resp.GetRetryAfter().AsDuration(), ResetAfter: resp.GetResetAfter().AsDuration(), Mode: ModeStrict}, nil
+	}
+	switch {
+	case status.Code(err) == codes.NotFound:
+		c.requestRules()
+		return Decision{}, fmt.Errorf("%w %q: %v", ErrUnknownRule, r.Name, err)
+	case status.Code(err) == codes.InvalidArgument:
+		return Decision{}, fmt.Errorf("allot: %w", err)
+	case ctx.Err() != nil:
+		return Decision{}, ctx.Err()
+	}
+	c.logMode("allot: strict rule decided without the allocator", "rule", r.Name, "failure", r.Failure.String(), "err", err)
+	if r.Failure == rules.FailClosed {
+		rs.counts.decide(false, ModeFallback)
+		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback}, nil
+	}
+	now := c.cfg.clock.Now()
+	bd := rs.shares.Get(r, key, now).AllowN(r, c.fleetSize(), now, n)
+	rs.counts.decide(bd.Allowed, ModeFallback)
+	return Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,
+		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback}, nil
+}

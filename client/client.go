@@ -1,0 +1,297 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/bucket"
+	"github.com/allot-dev/allot/internal/fallback"
+	"github.com/allot-dev/allot/internal/lease"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Client is a node's limiter. It is safe for concurrent use; make one per
+// process and Close it on shutdown.
+type Client struct {
+	cfg     Config
+	conn    *grpc.ClientConn
+	api     allotv1.AllocatorClient
+	mgr     *lease.Manager
+	gossip  *fallback.Gossip
+	metrics *metrics
+	rules   atomic.Pointer[ruleTable]
+	closed  atomic.Bool
+
+	refresh chan struct{} // asks the rules loop to fetch now
+	stop    chan struct{}
+	done    sync.WaitGroup
+
+	logLimit *bucket.TokenBucket // mode-change logs, a few per minute
+}
+
+// ruleTable is the immutable set of rules a decision reads.
+type ruleTable struct {
+	version string
+	byName  map[string]*ruleState
+}
+
+// ruleState is one rule as this node applies it.
+type ruleState struct {
+	rule   *rules.Rule
+	table  *lease.Table // nil for strict rules
+	shares *fallback.Shares
+	waits  *waitQueues
+	counts *ruleCounters
+}
+
+// New connects to the allocators, fetches the rules (waiting at most
+// StartTimeout) and starts the lease loop. It does not fail when the
+// allocator is unreachable: the node then runs on its fallback shares.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, refresh: make(chan struct{}, 1), stop: make(chan struct{})}
+	c.logLimit, _ = bucket.NewTokenBucketPer(3, 6, time.Minute, cfg.clock.Now())
+	c.metrics = newMetrics(cfg.Registerer)
+	if err := c.dial(); err != nil {
+		return nil, err
+	}
+	if err := c.joinGossip(); err != nil {
+		c.conn.Close()
+		return nil, err
+	}
+	c.mgr = lease.NewManager(lease.Config{
+		Transport: grpcTransport{c}, Clock: cfg.clock, Logger: cfg.Logger, Nodes: c.fleetSize,
+		RPCTimeout: cfg.RPCTimeout, Sweep: cfg.Lease.Sweep, BatchWindow: cfg.Lease.BatchWindow,
+		Hooks: c.leaseHooks(),
+	})
+	c.rules.Store(&ruleTable{byName: map[string]*ruleState{}})
+	if len(cfg.Rules) > 0 {
+		set, err := toRuleSet(cfg.Rules)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.applyRules(set)
+	}
+	if len(cfg.Allocators) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.StartTimeout)
+		if err := c.fetchRules(ctx); err != nil {
+			cfg.Logger.Warn("allot: no rules from the allocator yet; using Config.Rules and retrying", "err", err)
+		}
+		cancel()
+		c.done.Add(1)
+		go c.rulesLoop()
+	}
+	return c, nil
+}
+
+func defaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	return fmt.Sprintf("%s-%d-%06x", host, os.Getpid(), rand.Uint32()&0xffffff)
+}
+
+var resolverSeq atomic.Int64
+
+func (c *Client) dial() error {
+	addrs := c.cfg.Allocators
+	if len(addrs) == 0 {
+		addrs = []string{"127.0.0.1:1"} // no allocator: every call fails fast, the node runs on fallback
+	}
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("allot%d", resolverSeq.Add(1)))
+	state := resolver.State{}
+	for _, a := range addrs {
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+	}
+	r.InitialState(state)
+	opts := []grpc.DialOption{
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		// Reconnect quickly once an allocator is back: the default backoff
+		// grows to two minutes, far longer than a lease.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: time.Second,
+		}),
+	}
+	conn, err := grpc.NewClient(r.Scheme()+":///allocators", append(opts, c.cfg.DialOptions...)...)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	c.conn, c.api = conn, allotv1.NewAllocatorClient(conn)
+	return nil
+}
+
+func (c *Client) joinGossip() error {
+	g := c.cfg.Gossip
+	if g == nil {
+		return nil
+	}
+	gossip, err := fallback.Join(fallback.GossipConfig{Name: c.cfg.NodeID, Role: fallback.RoleNode,
+		Bind: g.Bind, Join: g.Join, Fast: g.Fast, Logger: c.cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	c.gossip = gossip
+	return nil
+}
+
+// GossipAddr is the address other nodes can join, or "" without gossip.
+func (c *Client) GossipAddr() string {
+	if c.gossip == nil {
+		return ""
+	}
+	return c.gossip.Addr()
+}
+
+// NodeID is this node's name.
+func (c *Client) NodeID() string { return c.cfg.NodeID }
+
+// fleetSize is N before any key-specific hint: live gossip nodes, else the
+// configured size.
+func (c *Client) fleetSize() int {
+	gossip := 0
+	if c.gossip != nil {
+		gossip = c.gossip.Nodes()
+	}
+	return fallback.Nodes(gossip, 0, c.cfg.Nodes)
+}
+
+// nodesFor is N for one key: gossip, else the allocator's holders count
+// for the key, else configuration.
+func (c *Client) nodesFor(holders int) int {
+	gossip := 0
+	if c.gossip != nil {
+		gossip = c.gossip.Nodes()
+	}
+	return fallback.Nodes(gossip, holders, c.cfg.Nodes)
+}
+
+func (c *Client) fetchRules(ctx context.Context) error {
+	resp, err := c.api.GetRules(ctx, &allotv1.GetRulesRequest{})
+	if err != nil {
+		return err
+	}
+	if cur := c.rules.Load(); cur.version == resp.GetVersion() && resp.GetVersion() != "" {
+		return nil
+	}
+	set, err := rules.FromProto(resp)
+	if err != nil {
+		return err
+	}
+	c.applyRules(set)
+	return nil
+}
+
+// rulesLoop refetches the rules when the allocator reports a new version,
+// on request, and every half minute.
+func (c *Client) rulesLoop() {
+	defer c.done.Done()
+	t := c.cfg.clock.NewTimer(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.refresh:
+		case <-t.C():
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
+		if err := c.fetchRules(ctx); err != nil {
+			c.cfg.Logger.Debug("allot: fetching rules", "err", err)
+		}
+		cancel()
+		t.Stop()
+		t.Reset(30 * time.Second)
+	}
+}
+
+func (c *Client) requestRules() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// applyRules builds a new rule table; the keys of rules that stay keep
+// their leases, the keys of rules that went are returned.
+func (c *Client) applyRules(set *rules.Set) {
+	old := c.rules.Load()
+	next := &ruleTable{version: set.Version(), byName: make(map[string]*ruleState, set.Len())}
+	for _, r := range set.Rules() {
+		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name), shares: &fallback.Shares{}, waits: &waitQueues{}}
+		if prev, ok := old.byName[r.Name]; ok { // keep what callers are in the middle of
+			rs.shares, rs.waits = prev.shares, prev.waits
+		}
+		if r.Leasable() {
+			rs.table = c.mgr.Table(r)
+		}
+		next.byName[r.Name] = rs
+	}
+	for name, prev := range old.byName {
+		if now, ok := next.byName[name]; !ok || (prev.table != nil && now.table == nil) {
+			c.mgr.Forget(name)
+		}
+	}
+	c.rules.Store(next)
+	c.cfg.Logger.Info("allot: rules applied", "rules", set.Len(), "version", set.Version())
+}
+
+// Close returns every leased token, reports what was admitted outside
+// leases, leaves the gossip pool and closes the connection. It waits at
+// most five seconds for the allocator.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	close(c.stop)
+	c.done.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var errs []error
+	if c.mgr != nil {
+		if err := c.mgr.Close(ctx); err != nil && !isUnreachable(err) {
+			errs = append(errs, fmt.Errorf("returning leases: %w", err))
+		}
+	}
+	if c.gossip != nil {
+		if err := c.gossip.Leave(time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("leaving gossip: %w", err))
+		}
+	}
+	if err := c.conn.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	c.metrics.unregister()
+	if len(errs) > 0 {
+		return fmt.Errorf("client: close: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// logMode logs a change of mode, at most a few times a minute.
+func (c *Client) logMode(msg string, args ...any) {
+	if c.logLimit.Allow(c.cfg.clock.Now()) {
+		c.cfg.Logger.Warn(msg, args...)
+	}
+}
+
+func validKey(key string) bool { return len(key) > 0 && len(key) <= maxKey }

@@ -1,0 +1,179 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Config configures a Client. Only Allocators (or Rules, for a node that
+// starts without an allocator) is required; every other field has a default
+// chosen for a LAN fleet.
+type Config struct {
+	// Allocators lists the allocators' gRPC addresses (host:port). Calls are
+	// balanced round-robin over the reachable ones, which is also how a node
+	// fails over when one stops.
+	Allocators []string
+
+	// NodeID names this node to the allocator and in gossip. It must be
+	// unique in the fleet and stable while the process runs.
+	// default: hostname-pid-random
+	NodeID string
+
+	// Nodes is the fleet size assumed for the fallback share (limit/N) when
+	// neither gossip nor the allocator's holders count says otherwise.
+	// default: 1, which lets a lone node use the whole limit
+	Nodes int
+
+	// Gossip, when set, joins a memberlist pool: the live nodes in it are
+	// the N of the fallback share. default: no gossip
+	Gossip *GossipConfig
+
+	// Rules are used until the allocator's rules arrive, and for as long as
+	// it cannot be reached: a node can start with no allocator at all.
+	// default: none; decisions wait for the allocator's rules
+	Rules []Rule
+
+	// RPCTimeout bounds each lease call; a slower allocator is treated as
+	// unreachable. default: 250ms
+	RPCTimeout time.Duration
+
+	// CheckTimeout bounds each strict decision's call. default: 100ms
+	CheckTimeout time.Duration
+
+	// StartTimeout is how long New waits for the allocator's rules.
+	// default: 1s
+	StartTimeout time.Duration
+
+	// MaxWaiters bounds the callers queued in Wait per key; more get
+	// ErrQueueFull at once. default: 1024
+	MaxWaiters int
+
+	// Registerer receives the client's Prometheus collectors. Use one
+	// registerer per Client. default: none
+	Registerer prometheus.Registerer
+
+	// Logger receives mode changes (rate-limited) and errors.
+	// default: slog.Default()
+	Logger *slog.Logger
+
+	// DialOptions are added to the gRPC connection, e.g. TLS credentials.
+	// default: plaintext
+	DialOptions []grpc.DialOption
+
+	// Lease tunes lease bookkeeping. The zero value is the default.
+	Lease LeaseConfig
+
+	clock clock.Clock // tests only
+}
+
+// LeaseConfig tunes how leases are kept. The defaults suit most fleets.
+type LeaseConfig struct {
+	// Sweep is how often leases are expired, rates sampled and idle keys
+	// returned. default: 20ms
+	Sweep time.Duration
+	// BatchWindow is how long a refill waits to share one Acquire with
+	// others. default: 1ms
+	BatchWindow time.Duration
+}
+
+// GossipConfig joins the node to a memberlist pool.
+type GossipConfig struct {
+	// Bind is the gossip address, host:port. default: "127.0.0.1:0"
+	Bind string
+	// Join lists members to contact at start; empty starts a new pool.
+	Join []string
+	// Fast uses short probe intervals, for loopback tests: a crashed node is
+	// noticed in about a second instead of about five.
+	Fast bool
+}
+
+// Rule is a rate-limit rule given to a node directly; it has the fields of
+// the allocator's rules file and the same defaults.
+type Rule struct {
+	Name      string
+	Algorithm string // token_bucket | fixed_window | sliding_window | sliding_log
+	Limit     int64
+	Period    time.Duration
+	Burst     int64
+	Failure   string // open | closed; default open
+	Strict    bool
+	LeaseMin  int64
+	LeaseMax  int64
+	LeaseTTL  time.Duration
+	// LeaseRefresh is how often a busy key is expected to refill.
+	LeaseRefresh time.Duration
+}
+
+func toRuleSet(rs []Rule) (*rules.Set, error) {
+	list := make([]rules.Rule, len(rs))
+	for i, r := range rs {
+		alg, err := rules.ParseAlgorithm(r.Algorithm)
+		if err != nil {
+			return nil, fmt.Errorf("client: Config.Rules[%d] %q: algorithm: %w", i, r.Name, err)
+		}
+		failure := rules.FailOpen
+		switch r.Failure {
+		case "", "open":
+		case "closed":
+			failure = rules.FailClosed
+		default:
+			return nil, fmt.Errorf("client: Config.Rules[%d] %q: failure: want open or closed, got %q", i, r.Name, r.Failure)
+		}
+		list[i] = rules.Rule{Name: r.Name, Algorithm: alg, Limit: r.Limit, Period: r.Period, Burst: r.Burst,
+			Failure: failure, Strict: r.Strict,
+			Lease: rules.LeaseTuning{Min: r.LeaseMin, Max: r.LeaseMax, TTL: r.LeaseTTL, Refresh: r.LeaseRefresh}}
+	}
+	set, err := rules.NewSet(list)
+	if err != nil {
+		return nil, fmt.Errorf("client: Config.Rules: %w", err)
+	}
+	return set, nil
+}
+
+func (c *Config) fill() error {
+	if len(c.Allocators) == 0 && len(c.Rules) == 0 {
+		return errors.New("client: Config.Allocators is empty and there are no Config.Rules to start with")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.RPCTimeout, 250*time.Millisecond)
+	def(&c.CheckTimeout, 100*time.Millisecond)
+	def(&c.StartTimeout, time.Second)
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = 1024
+	}
+	if c.Nodes <= 0 {
+		c.Nodes = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.clock == nil {
+		c.clock = clock.Real()
+	}
+	if c.NodeID == "" {
+		c.NodeID = defaultNodeID()
+	}
+	if len(c.NodeID) > maxNodeID {
+		return fmt.Errorf("client: Config.NodeID is %d bytes, at most %d", len(c.NodeID), maxNodeID)
+	}
+	return nil
+}
+
+// The allocator's input limits, checked here so that one bad key cannot
+// fail a whole batch of refills.
+const (
+	maxKey    = 512
+	maxNodeID = 128
+)

@@ -1,0 +1,25 @@
+package client
+
+import "errors"
+
+// Errors returned by the client. Compare with errors.Is.
+var (
+	// ErrUnknownRule: the rule is in neither the allocator's rules nor
+	// Config.Rules.
+	ErrUnknownRule = errors.New("allot: unknown rule")
+	// ErrQueueFull: Wait found MaxWaiters callers already queued on the key.
+	ErrQueueFull = errors.New("allot: wait queue full")
+	// ErrClosed: the client has been closed.
+	ErrClosed = errors.New("allot: client closed")
+	// ErrInvalidKey: the key is empty or longer than 512 bytes.
+	ErrInvalidKey = errors.New("allot: key must be 1 to 512 bytes")
+	// ErrInvalidCost: the cost is not positive.
+	ErrInvalidCost = errors.New("allot: cost must be positive")
+	// ErrCostAboveCapacity: the cost is larger than the rule's capacity,
+	// so the request could never pass.
+	ErrCostAboveCapacity = errors.New("allot: cost exceeds the rule's capacity")
+	// ErrTwoStrict: AllowAll was given more than one strict rule; a strict
+	// rule is spent at the allocator and cannot be given back if a later
+	// one refuses.
+	ErrTwoStrict = errors.New("allot: AllowAll takes at most one strict rule")
+)

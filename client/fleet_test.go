@@ -1,0 +1,257 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/internal/allocator"
+	"github.com/allot-dev/allot/internal/redistest"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// fleet is a real allocator on a real Redis and several in-process nodes.
+type fleet struct {
+	t      *testing.T
+	redis  *redistest.Server
+	rdb    *redis.Client
+	set    *rules.Set
+	alloc  *allocator.Allocator
+	served chan error
+	addr   string
+	nodes  []*client.Client
+}
+
+func newFleet(t *testing.T, rulesYAML string, nodes int, cfg func(i int, c *client.Config)) *fleet {
+	t.Helper()
+	set, err := rules.Parse("test", []byte(rulesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet{t: t, redis: redistest.Start(t), set: set}
+	f.rdb = redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
+	t.Cleanup(func() { f.rdb.Close() })
+	f.startAllocator("127.0.0.1:0")
+	t.Cleanup(f.stopAllocator)
+	for i := range nodes {
+		c := client.Config{Allocators: []string{f.addr}, NodeID: fmt.Sprintf("node-%d", i), Nodes: nodes,
+			Registerer: prometheus.NewRegistry()}
+		if cfg != nil {
+			cfg(i, &c)
+		}
+		n, err := client.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		f.nodes = append(f.nodes, n)
+	}
+	return f
+}
+
+func (f *fleet) startAllocator(listen string) {
+	f.t.Helper()
+	a, err := allocator.New(allocator.Config{Listen: listen, Rules: f.set, RedisURL: f.redis.URL(),
+		StoreTimeout: time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.alloc, f.addr, f.served = a, a.Addr(), make(chan error, 1)
+	go func() { f.served <- a.Serve() }()
+}
+
+func (f *fleet) stopAllocator() {
+	if f.alloc == nil {
+		return
+	}
+	f.alloc.Stop()
+	<-f.served
+	f.alloc = nil
+}
+
+// evalCalls is how many scripts Redis has run: the store calls.
+func (f *fleet) evalCalls() int64 {
+	info, err := f.rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			var calls int64
+			fmt.Sscanf(line[strings.Index(line, "calls=")+len("calls="):], "%d", &calls)
+			total += calls
+		}
+	}
+	return total
+}
+
+// load drives each node at its own rate and counts admissions per second.
+type load struct {
+	start    time.Time
+	admitted [][]atomic.Int64 // [node][second]
+	modes    [4]atomic.Int64
+}
+
+// run offers rates[i] requests per second to node i on rule/key for d.
+// between, if set, runs once a second with the second's index.
+func (f *fleet) run(rule, key string, rates []float64, d time.Duration, between func(sec int)) *load {
+	secs := int(d/time.Second) + 1
+	l := &load{start: time.Now(), admitted: make([][]atomic.Int64, len(f.nodes))}
+	for i := range l.admitted {
+		l.admitted[i] = make([]atomic.Int64, secs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, n := range f.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			drive(ctx, n, rule, key, rates[i], l, i)
+		}()
+	}
+	if between != nil {
+		tick := time.NewTicker(time.Second)
+		for sec := 1; ; sec++ {
+			select {
+			case <-tick.C:
+				between(sec)
+				continue
+			case <-ctx.Done():
+			}
+			break
+		}
+		tick.Stop()
+	}
+	wg.Wait()
+	return l
+}
+
+func drive(ctx context.Context, n *client.Client, rule, key string, rate float64, l *load, node int) {
+	const step = 2 * time.Millisecond
+	tick := time.NewTicker(step)
+	defer tick.Stop()
+	var owed float64
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			owed += rate * now.Sub(last).Seconds()
+			last = now
+			for ; owed >= 1; owed-- {
+				d, err := n.AllowN(ctx, rule, key, 1)
+				if err != nil {
+					continue
+				}
+				l.modes[d.Mode].Add(1)
+				if d.Allowed {
+					sec := int(now.Sub(l.start) / time.Second)
+					if sec < len(l.admitted[node]) {
+						l.admitted[node][sec].Add(1)
+					}
+				}
+			}
+		}
+	}
+}
+
+func (l *load) total() (sum int64) {
+	for i := range l.admitted {
+		sum += l.node(i)
+	}
+	return sum
+}
+
+func (l *load) node(i int) (sum int64) {
+	for s := range l.admitted[i] {
+		sum += l.admitted[i][s].Load()
+	}
+	return sum
+}
+
+func (l *load) second(s int) (sum int64) {
+	for i := range l.admitted {
+		sum += l.admitted[i][s].Load()
+	}
+	return sum
+}
+
+const fleetRules = `
+rules:
+  - name: hot
+    algorithm: token_bucket
+    limit: 2000
+    period: 1s
+    burst: 2000
+    lease: { min: 1, max: 1000, ttl: 1s, refresh: 100ms }
+`
+
+func uniform(n int, each float64) []float64 {
+	r := make([]float64, n)
+	for i := range r {
+		r[i] = each
+	}
+	return r
+}
+
+// Eight nodes drive one key at twice its limit for ten seconds: the fleet
+// stays within guarantee 2's bound and reaches 95% of the ideal.
+func TestFleetAccuracyAtTwiceTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10s fleet run")
+	}
+	f := newFleet(t, fleetRules, 8, nil)
+	r, _ := f.set.Get("hot")
+	calls0 := f.evalCalls()
+	const T = 10 * time.Second
+	l := f.run("hot", "k", uniform(8, 2*float64(r.Limit)/8), T, nil)
+	calls := f.evalCalls() - calls0
+	admitted := l.total()
+	rate, burst, ttl := r.Rate(), float64(r.Burst), r.Lease.TTL.Seconds()
+	ideal := burst + rate*T.Seconds()
+	bound := burst + rate*(T.Seconds()+ttl)
+	t.Logf("admitted %d over %v: %.3f of the ideal %.0f (bound %.0f); store calls %d = %.1f per 1,000 admitted; modes lease %d fallback %d",
+		admitted, T, float64(admitted)/ideal, ideal, bound, calls, 1000*float64(calls)/float64(admitted),
+		l.modes[client.ModeLease].Load(), l.modes[client.ModeFallback].Load())
+	if float64(admitted) > bound {
+		t.Fatalf("admitted %d > burst + rate·(T + ttl) = %.0f", admitted, bound)
+	}
+	if float64(admitted) < 0.95*ideal {
+		t.Fatalf("admitted %d < 95%% of the ideal %.0f", admitted, ideal)
+	}
+}
+
+// One node carries 90% of the traffic: it gets most of the limit.
+func TestFleetSkewedLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5s fleet run")
+	}
+	f := newFleet(t, fleetRules, 8, nil)
+	r, _ := f.set.Get("hot")
+	offered := 2 * float64(r.Limit)
+	rates := uniform(8, 0.1*offered/7)
+	rates[0] = 0.9 * offered
+	const T = 5 * time.Second
+	l := f.run("hot", "k", rates, T, nil)
+	hot, total := l.node(0), l.total()
+	ideal := float64(r.Burst) + r.Rate()*T.Seconds()
+	t.Logf("hot node admitted %d of %d (%.2f); fleet %.3f of the ideal; a limit/N split would cap it at %.0f",
+		hot, total, float64(hot)/float64(total), float64(total)/ideal, ideal/8)
+	if float64(hot) < 0.7*float64(total) {
+		t.Fatalf("the hot node got %d of %d: the limit is not following the load", hot, total)
+	}
+	if float64(total) < 0.9*ideal {
+		t.Fatalf("fleet admitted %d, under 90%% of the ideal %.0f", total, ideal)
+	}
+}

@@ -1,0 +1,137 @@
+package client
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/allot-dev/allot/internal/lease"
+)
+
+// metrics are the client's Prometheus collectors. Labels are rule names,
+// results and modes, never keys.
+type metrics struct {
+	reg        prometheus.Registerer
+	collectors []prometheus.Collector
+	decisions  *prometheus.CounterVec
+	requests   *prometheus.CounterVec
+	wanted     prometheus.Counter
+	granted    prometheus.Counter
+	released   prometheus.Counter
+	reachable  prometheus.Gauge
+	rpcSeconds *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		reg: reg,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_client_decisions_total",
+			Help: "Decisions by rule, result and mode. Lease-mode admissions are counted in tokens, summed each sweep, so the hot path keeps no counter.",
+		}, []string{"rule", "result", "mode"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_client_lease_requests_total", Help: "Acquire calls by result.",
+		}, []string{"result"}),
+		wanted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_client_lease_wanted_tokens_total", Help: "Tokens asked for in Acquire calls.",
+		}),
+		granted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_client_lease_granted_tokens_total", Help: "Tokens the allocator lent.",
+		}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_client_lease_released_tokens_total", Help: "Unused tokens given back.",
+		}),
+		reachable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_client_allocator_reachable", Help: "1 while the allocator answers, 0 while the node is in fallback.",
+		}),
+		rpcSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "allot_client_rpc_seconds", Help: "Allocator call latency by method.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
+		}, []string{"method"}),
+	}
+	m.reachable.Set(1)
+	m.collectors = []prometheus.Collector{m.decisions, m.requests, m.wanted, m.granted, m.released, m.reachable, m.rpcSeconds}
+	if reg != nil {
+		for _, c := range m.collectors {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+func (m *metrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}
+
+// ruleCounters are one rule's decision counters, resolved once so that a
+// decision does not look labels up.
+type ruleCounters struct {
+	allowed, denied [ModeStrict + 1]prometheus.Counter
+}
+
+func (m *metrics) rule(name string) *ruleCounters {
+	rc := &ruleCounters{}
+	for _, mode := range []Mode{ModeLease, ModeFallback, ModeStrict} {
+		rc.allowed[mode] = m.decisions.WithLabelValues(name, "allowed", mode.String())
+		rc.denied[mode] = m.decisions.WithLabelValues(name, "denied", mode.String())
+	}
+	return rc
+}
+
+func (rc *ruleCounters) decide(allowed bool, mode Mode) {
+	if allowed {
+		rc.allowed[mode].Inc()
+	} else {
+		rc.denied[mode].Inc()
+	}
+}
+
+// rpc times one call; call the returned func with its error.
+func (m *metrics) rpc(method string) func(error) {
+	start := time.Now()
+	return func(error) {
+		m.rpcSeconds.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	}
+}
+
+// leaseHooks connect the lease manager to the metrics and the logs.
+func (c *Client) leaseHooks() lease.Hooks {
+	m := c.metrics
+	return lease.Hooks{
+		Acquired: func(keys int, wanted, granted int64, took time.Duration, err error) {
+			result := "ok"
+			if err != nil {
+				result = "error"
+			}
+			m.requests.WithLabelValues(result).Inc()
+			m.wanted.Add(float64(wanted))
+			m.granted.Add(float64(granted))
+		},
+		Released: func(keys int, tokens int64, err error) {
+			if err == nil {
+				m.released.Add(float64(tokens))
+			}
+		},
+		Reachable: func(up bool) {
+			if up {
+				m.reachable.Set(1)
+				c.logMode("allot: allocator reachable: deciding from leases again")
+				return
+			}
+			m.reachable.Set(0)
+			c.logMode("allot: allocator unreachable: keys without lease tokens use their fallback share (limit/N)",
+				"nodes", c.fleetSize())
+		},
+		RulesVersion: func(string) { c.requestRules() },
+		Taken: func(rule string, tokens int64) {
+			if rs := c.rules.Load().byName[rule]; rs != nil {
+				rs.counts.allowed[ModeLease].Add(float64(tokens))
+			}
+		},
+	}
+}

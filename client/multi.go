@@ -1,0 +1,69 @@
+package client
+
+import (
+	"context"
+	"math"
+)
+
+// RuleKey names one limit of a multi-rule check.
+type RuleKey struct{ Rule, Key string }
+
+// AllowAll decides a request that must pass every limit, as "10 per second
+// AND 1,000 per hour": it spends n from every limit or from none. A refused
+// request costs nothing on the limits that would have let it pass. The
+// decision is the refusing limit's, or, when all pass, the one with the
+// least remaining. At most one limit may be under a strict rule; it is
+// asked last, since what the allocator spends cannot be given back.
+func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Decision, error) {
+	states := make([]*ruleState, len(limits))
+	strict := -1
+	for i, l := range limits {
+		rs, err := c.state(l.Rule, l.Key, n)
+		if err != nil {
+			return Decision{}, err
+		}
+		if rs.table == nil {
+			if strict >= 0 {
+				return Decision{}, ErrTwoStrict
+			}
+			strict = i
+		}
+		states[i] = rs
+	}
+	spent := make([]spend, 0, len(limits))
+	undo := func() {
+		for _, s := range spent {
+			s.undo()
+		}
+	}
+	all := Decision{Allowed: true, Remaining: math.MaxInt64}
+	for i, l := range limits {
+		if i == strict {
+			continue
+		}
+		d, s := c.take(states[i], l.Key, n)
+		if !d.Allowed {
+			undo()
+			return d, nil
+		}
+		spent = append(spent, s)
+		all = tighter(all, d)
+	}
+	if strict >= 0 {
+		d, err := c.decideStrict(ctx, states[strict], limits[strict].Key, n)
+		if err != nil || !d.Allowed {
+			undo()
+			return d, err
+		}
+		all = tighter(all, d)
+	}
+	return all, nil
+}
+
+// tighter keeps the decision with less room left.
+func tighter(a, b Decision) Decision {
+	if b.Remaining < a.Remaining {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/lease"
+)
+
+// grpcTransport carries the lease manager's calls to the allocators.
+type grpcTransport struct{ c *Client }
+
+func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lease.Grant, string, error) {
+	req := &allotv1.AcquireRequest{NodeId: t.c.cfg.NodeID, Requests: make([]*allotv1.LeaseRequest, len(reqs))}
+	for i, r := range reqs {
+		req.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed}
+	}
+	done := t.c.metrics.rpc("Acquire")
+	resp, err := t.c.api.Acquire(ctx, req)
+	done(err)
+	if err != nil {
+		return nil, "", t.c.classify(err)
+	}
+	grants := make([]lease.Grant, len(resp.GetLeases()))
+	for i, l := range resp.GetLeases() {
+		grants[i] = lease.Grant{Granted: l.GetGranted(), TTL: l.GetTtl().AsDuration(),
+			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch()}
+	}
+	return grants, resp.GetRulesVersion(), nil
+}
+
+func (t grpcTransport) Release(ctx context.Context, rets []lease.Return) error {
+	req := &allotv1.ReleaseRequest{NodeId: t.c.cfg.NodeID, Returns: make([]*allotv1.Return, len(rets))}
+	for i, r := range rets {
+		req.Returns[i] = &allotv1.Return{Rule: r.Rule, Key: r.Key, Tokens: r.Tokens, Epoch: r.Epoch}
+	}
+	done := t.c.metrics.rpc("Release")
+	_, err := t.c.api.Release(ctx, req)
+	done(err)
+	if err != nil {
+		return t.c.classify(err)
+	}
+	return nil
+}
+
+// classify marks the errors that retrying will not cure, so the lease
+// manager does not take them for an outage, and refetches the rules when
+// the allocator no longer knows one.
+func (c *Client) classify(err error) error {
+	switch status.Code(err) {
+	case codes.NotFound, codes.FailedPrecondition:
+		c.requestRules()
+		return fmt.Errorf("%w: %v", lease.ErrRejected, err)
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+		return fmt.Errorf("%w: %v", lease.ErrRejected, err)
+	}
+	return err
+}
+
+// isUnreachable reports whether err means the allocator could not answer.
+func isUnreachable(err error) bool {
+	if errors.Is(err, lease.ErrRejected) {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Internal, codes.Unknown, codes.Aborted:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
