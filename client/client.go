@@ -126,9 +126,10 @@ func (c *Client) dial() error {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 		// Reconnect quickly once an allocator is back: the default backoff
-		// grows to two minutes, far longer than a lease.
+		// grows to two minutes, far longer than a lease, and nodes must
+		// return to leases within a few refresh intervals.
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 			MinConnectTimeout: time.Second,
 		}),
 	}
@@ -164,6 +165,11 @@ func (c *Client) GossipAddr() string {
 
 // NodeID is this node's name.
 func (c *Client) NodeID() string { return c.cfg.NodeID }
+
+// Nodes is the fleet size this node divides a rule's limit by when it
+// falls back: live gossip nodes, else Config.Nodes. For a key the allocator
+// has served, its count of the key's holders stands in for Config.Nodes.
+func (c *Client) Nodes() int { return c.fleetSize() }
 
 // fleetSize is N before any key-specific hint: live gossip nodes, else the
 // configured size.

@@ -98,6 +98,7 @@ func (f *fleet) evalCalls() int64 {
 type load struct {
 	start    time.Time
 	admitted [][]atomic.Int64 // [node][second]
+	fallback []atomic.Int64   // [second]: decisions in fallback mode
 	modes    [4]atomic.Int64
 }
 
@@ -105,7 +106,7 @@ type load struct {
 // between, if set, runs once a second with the second's index.
 func (f *fleet) run(rule, key string, rates []float64, d time.Duration, between func(sec int)) *load {
 	secs := int(d/time.Second) + 1
-	l := &load{start: time.Now(), admitted: make([][]atomic.Int64, len(f.nodes))}
+	l := &load{start: time.Now(), admitted: make([][]atomic.Int64, len(f.nodes)), fallback: make([]atomic.Int64, secs)}
 	for i := range l.admitted {
 		l.admitted[i] = make([]atomic.Int64, secs)
 	}
@@ -155,11 +156,15 @@ func drive(ctx context.Context, n *client.Client, rule, key string, rate float64
 					continue
 				}
 				l.modes[d.Mode].Add(1)
+				sec := int(now.Sub(l.start) / time.Second)
+				if sec >= len(l.fallback) {
+					continue
+				}
+				if d.Mode == client.ModeFallback {
+					l.fallback[sec].Add(1)
+				}
 				if d.Allowed {
-					sec := int(now.Sub(l.start) / time.Second)
-					if sec < len(l.admitted[node]) {
-						l.admitted[node][sec].Add(1)
-					}
+					l.admitted[node][sec].Add(1)
 				}
 			}
 		}
@@ -253,5 +258,74 @@ func TestFleetSkewedLoad(t *testing.T) {
 	}
 	if float64(total) < 0.9*ideal {
 		t.Fatalf("fleet admitted %d, under 90%% of the ideal %.0f", total, ideal)
+	}
+}
+
+const outageRules = `
+rules:
+  - name: hot
+    algorithm: token_bucket
+    limit: 2000
+    period: 1s
+    burst: 200
+    lease: { min: 1, max: 200, ttl: 1s, refresh: 100ms }
+`
+
+// The allocator dies a third of the way in and comes back at two thirds.
+// Nodes fall back to limit/N once their leases are spent, the fleet stays
+// within the limit plus what the leases held, and after the restart every
+// node is back on leases within a few refresh intervals, by itself.
+func TestFleetSurvivesAllocatorRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("9s fleet run")
+	}
+	f := newFleet(t, outageRules, 8, nil)
+	r, _ := f.set.Get("hot")
+	var killed, restored time.Time
+	l := f.run("hot", "k", uniform(8, 2*float64(r.Limit)/8), 9*time.Second, func(sec int) {
+		switch sec {
+		case 3:
+			killed = time.Now()
+			f.stopAllocator()
+		case 6:
+			restored = time.Now()
+			f.startAllocator(f.addr)
+		}
+	})
+	for s := range 9 {
+		t.Logf("second %d: admitted %d, fallback decisions %d", s, l.second(s), l.fallback[s].Load())
+	}
+	// While down: at most the burst, the rate for the time down, and what
+	// the leases held when the allocator died (a lease is at most
+	// lease.max per node, and here far less: keys were starved).
+	down := restored.Sub(killed).Seconds()
+	var admittedDown int64
+	for s := 3; s < 6; s++ {
+		admittedDown += l.second(s)
+	}
+	bound := float64(r.Burst) + r.Rate()*down + float64(8*r.Lease.Max)
+	strict := float64(r.Burst) + r.Rate()*down + 0.25*r.Rate()
+	t.Logf("down %.2fs: admitted %d; limit %.0f; bound with all leases full %.0f", down, admittedDown, r.Rate()*down, bound)
+	if float64(admittedDown) > strict {
+		t.Fatalf("admitted %d while the allocator was down, above burst + rate·down + a quarter second of leases = %.0f", admittedDown, strict)
+	}
+	if float64(admittedDown) < 0.7*r.Rate()*down {
+		t.Fatalf("admitted %d while down: the fallback share (limit/8 per node) should keep about %.0f", admittedDown, r.Rate()*down)
+	}
+	if l.fallback[4].Load() == 0 {
+		t.Fatal("no fallback decisions while the allocator was down")
+	}
+	// Back on leases: the last two seconds hold no fallback decision.
+	if n := l.fallback[7].Load() + l.fallback[8].Load(); n != 0 {
+		t.Fatalf("%d fallback decisions more than a second after the restart", n)
+	}
+	// Before the outage the leases kept the fleet near the limit too.
+	if before := l.second(1) + l.second(2); float64(before) < 0.9*2*r.Rate() {
+		t.Fatalf("admitted %d in seconds 1-2 on leases, want at least 90%% of %.0f", before, 2*r.Rate())
+	}
+	for i, n := range f.nodes {
+		if n.Nodes() != 8 {
+			t.Errorf("node %d divides by %d, want 8", i, n.Nodes())
+		}
 	}
 }

@@ -79,8 +79,9 @@ type Config struct {
 	// default: 500ms
 	RateWindow time.Duration
 	// BackoffBase and BackoffMax bound the wait between attempts while the
-	// allocator is unreachable (x1.6 per failure, 20% jitter). default:
-	// 50ms and 2s
+	// allocator is unreachable (x1.6 per failure, 20% jitter). The maximum
+	// is how late a node may notice that the allocator is back. default:
+	// 50ms and 500ms
 	BackoffBase, BackoffMax time.Duration
 }
 
@@ -104,7 +105,7 @@ func (c *Config) fill() {
 	def(&c.RPCTimeout, 250*time.Millisecond)
 	def(&c.RateWindow, 500*time.Millisecond)
 	def(&c.BackoffBase, 50*time.Millisecond)
-	def(&c.BackoffMax, 2*time.Second)
+	def(&c.BackoffMax, 500*time.Millisecond)
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1000
 	}
@@ -396,10 +397,13 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 // too few tokens or kept some for the key's other holders: it asks again
 // after a refresh interval, or later if the allocator says tokens will take
 // longer (within a TTL). Under contention the fleet then makes about one
-// call per node and interval, and the tokens wait for it centrally, where
-// nothing is lost; asking sooner would only take other holders' shares.
+// call per node and interval, and the tokens wait for it centrally; asking
+// sooner would only take other holders' shares. But the wait stays under
+// half the time the central bucket takes to fill, or tokens would spill
+// over its capacity between calls and be lost.
 func retryDelay(r *rules.Rule, retryAfter time.Duration) time.Duration {
-	return min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL)
+	fill := time.Duration(float64(r.Capacity()) / r.Rate() * float64(time.Second))
+	return max(min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL, fill/2), time.Millisecond)
 }
 
 // deposit adds tokens that die at expiry. What older leases left keeps its
