@@ -168,7 +168,7 @@ func (m *Manager) Table(r *rules.Rule) *Table {
 	defer m.tablesMu.Unlock()
 	t, ok := m.tables[r.Name]
 	if !ok {
-		t = &Table{m: m, name: r.Name}
+		t = &Table{m: m, name: r.Name, keys: newKeyMap()}
 		m.tables[r.Name] = t
 	}
 	t.rule.Store(r)

@@ -91,7 +91,7 @@ func (m *Manager) evict(pools []*Pool) {
 	rets := make([]Return, 0, len(pools))
 	for _, p := range pools {
 		left := p.tokens.Swap(evicted)
-		p.table.keys.CompareAndDelete(p.key, p)
+		p.table.keys.remove(p.key, p)
 		if left > 0 && !p.own.expiry.IsZero() && !p.table.gone.Load() {
 			rets = append(rets, Return{Rule: p.table.name, Key: p.key, Tokens: left, Epoch: p.own.epoch})
 		}
@@ -141,7 +141,7 @@ func (m *Manager) returnAll(ctx context.Context) error {
 				reports = append(reports, Request{Rule: t.name, Key: p.key, Consumed: c})
 			}
 			left := p.tokens.Swap(evicted)
-			t.keys.CompareAndDelete(p.key, p)
+			t.keys.remove(p.key, p)
 			if left > 0 && !p.own.expiry.IsZero() && !t.gone.Load() {
 				rets = append(rets, Return{Rule: t.name, Key: p.key, Tokens: left, Epoch: p.own.epoch})
 			}

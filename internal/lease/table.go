@@ -1,19 +1,17 @@
 package lease
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/allot-dev/allot/internal/rules"
 )
 
-// Table holds the pools of one rule. Lookups take no lock: sync.Map serves
-// reads from an immutable part and string keys do not allocate.
+// Table holds the pools of one rule. Lookups take no lock (see keyMap).
 type Table struct {
 	m    *Manager
 	name string
 	rule atomic.Pointer[rules.Rule]
-	keys sync.Map // string -> *Pool
+	keys *keyMap
 	gone atomic.Bool
 }
 
@@ -23,24 +21,20 @@ func (t *Table) Rule() *rules.Rule { return t.rule.Load() }
 // Pool returns the key's pool, creating it (and asking for its first lease)
 // when the key is new.
 func (t *Table) Pool(key string) *Pool {
-	if v, ok := t.keys.Load(key); ok {
-		return v.(*Pool)
+	if p := t.keys.load(key); p != nil {
+		return p
 	}
-	p := &Pool{table: t, key: key}
-	v, loaded := t.keys.LoadOrStore(key, p)
+	p, loaded := t.keys.loadOrStore(key, &Pool{table: t, key: key})
 	if !loaded {
 		p.WantRefill()
 	}
-	return v.(*Pool)
+	return p
 }
+
+// Lookup returns the key's pool, or nil when the key has none yet.
+func (t *Table) Lookup(key string) *Pool { return t.keys.load(key) }
 
 // Len counts the table's pools.
-func (t *Table) Len() int {
-	n := 0
-	t.keys.Range(func(_, _ any) bool { n++; return true })
-	return n
-}
+func (t *Table) Len() int { return t.keys.len() }
 
-func (t *Table) each(f func(*Pool)) {
-	t.keys.Range(func(_, v any) bool { f(v.(*Pool)); return true })
-}
+func (t *Table) each(f func(*Pool)) { t.keys.each(f) }

@@ -1,0 +1,133 @@
+package lease
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+)
+
+// keyMap maps keys to pools for the hot path: a lookup is one string hash,
+// two atomic loads and a short scan, with no lock and no allocation.
+// Buckets are immutable slices replaced whole under mu (copy on write), and
+// the bucket array is rebuilt under mu when it gets crowded; a reader on an
+// old array misses at most keys added since, and Pool re-checks under mu.
+type keyMap struct {
+	seed  maphash.Seed
+	mu    sync.Mutex
+	count int
+	table atomic.Pointer[keyTable]
+}
+
+type keyTable struct {
+	mask    uint64
+	buckets []atomic.Pointer[[]*Pool]
+}
+
+const (
+	initialBuckets = 64
+	maxPerBucket   = 4 // grow when the average bucket holds more
+)
+
+func newKeyMap() *keyMap {
+	m := &keyMap{seed: maphash.MakeSeed()}
+	m.table.Store(newKeyTable(initialBuckets))
+	return m
+}
+
+func newKeyTable(n int) *keyTable {
+	return &keyTable{mask: uint64(n - 1), buckets: make([]atomic.Pointer[[]*Pool], n)}
+}
+
+func (m *keyMap) load(key string) *Pool {
+	t := m.table.Load()
+	b := t.buckets[maphash.String(m.seed, key)&t.mask].Load()
+	if b == nil {
+		return nil
+	}
+	for _, p := range *b {
+		if p.key == key {
+			return p
+		}
+	}
+	return nil
+}
+
+// loadOrStore returns the key's pool, storing p when there is none.
+func (m *keyMap) loadOrStore(key string, p *Pool) (actual *Pool, loaded bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q := m.load(key); q != nil {
+		return q, true
+	}
+	if m.count >= maxPerBucket*len(m.table.Load().buckets) {
+		m.grow()
+	}
+	t := m.table.Load()
+	slot := &t.buckets[maphash.String(m.seed, key)&t.mask]
+	var next []*Pool
+	if b := slot.Load(); b != nil {
+		next = append(make([]*Pool, 0, len(*b)+1), *b...)
+	}
+	next = append(next, p)
+	slot.Store(&next)
+	m.count++
+	return p, false
+}
+
+// remove deletes the key if it still maps to p.
+func (m *keyMap) remove(key string, p *Pool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.table.Load()
+	slot := &t.buckets[maphash.String(m.seed, key)&t.mask]
+	b := slot.Load()
+	if b == nil {
+		return
+	}
+	for i, q := range *b {
+		if q == p {
+			next := make([]*Pool, 0, len(*b)-1)
+			next = append(append(next, (*b)[:i]...), (*b)[i+1:]...)
+			slot.Store(&next)
+			m.count--
+			return
+		}
+	}
+}
+
+func (m *keyMap) grow() {
+	old := m.table.Load()
+	t := newKeyTable(2 * len(old.buckets))
+	for i := range old.buckets {
+		if b := old.buckets[i].Load(); b != nil {
+			for _, p := range *b {
+				slot := &t.buckets[maphash.String(m.seed, p.key)&t.mask]
+				var next []*Pool
+				if cur := slot.Load(); cur != nil {
+					next = *cur
+				}
+				next = append(next, p)
+				slot.Store(&next)
+			}
+		}
+	}
+	m.table.Store(t)
+}
+
+// each calls f on every pool; pools added meanwhile may be missed.
+func (m *keyMap) each(f func(*Pool)) {
+	t := m.table.Load()
+	for i := range t.buckets {
+		if b := t.buckets[i].Load(); b != nil {
+			for _, p := range *b {
+				f(p)
+			}
+		}
+	}
+}
+
+func (m *keyMap) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.count
+}
