@@ -230,7 +230,7 @@ func TestNoAllocatorFallsBack(t *testing.T) {
 func TestWait(t *testing.T) {
 	c := newClient(t, client.Config{
 		Allocators: []string{deadAddr(t)}, MaxWaiters: 2,
-		Rules:      []client.Rule{{Name: "paced", Algorithm: "token_bucket", Limit: 5, Period: time.Second, Burst: 1}},
+		Rules: []client.Rule{{Name: "paced", Algorithm: "token_bucket", Limit: 5, Period: time.Second, Burst: 1}},
 	})
 	ctx := context.Background()
 	if err := c.Wait(ctx, "paced", "k"); err != nil { // the burst of 1

@@ -98,7 +98,7 @@ func TestGossipCountsLiveNodes(t *testing.T) {
 		join(fmt.Sprintf("node-%d", i), RoleNode)
 	}
 	alloc := join("alloc-0", RoleAllocator)
-	waitFor(t, 5*time.Second, func() bool {
+	waitFor(t, 15*time.Second, func() bool {
 		for _, g := range members {
 			if g.Nodes() != 4 {
 				return false
@@ -115,7 +115,7 @@ func TestGossipCountsLiveNodes(t *testing.T) {
 
 	start := time.Now()
 	members[3].Stop() // a crash: no leave message
-	waitFor(t, 10*time.Second, func() bool {
+	waitFor(t, 15*time.Second, func() bool {
 		return members[0].Nodes() == 3 && members[1].Nodes() == 3 && members[2].Nodes() == 3
 	}, "the others to notice the crash")
 	t.Logf("crash noticed after %v", time.Since(start).Round(time.Millisecond))
@@ -129,7 +129,7 @@ func TestGossipCountsLiveNodes(t *testing.T) {
 	if err := members[2].Leave(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return members[0].Nodes() == 2 }, "a graceful leave")
+	waitFor(t, 15*time.Second, func() bool { return members[0].Nodes() == 2 }, "a graceful leave")
 	t.Logf("leave noticed after %v", time.Since(start).Round(time.Millisecond))
 }
 

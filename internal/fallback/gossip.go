@@ -92,9 +92,9 @@ func memberlistConfig(cfg GossipConfig) (*memberlist.Config, error) {
 	mc := memberlist.DefaultLANConfig()
 	if cfg.Fast {
 		mc = memberlist.DefaultLocalConfig()
-		mc.ProbeInterval = 200 * time.Millisecond // a dead member is suspected within ~2 probes
-		mc.ProbeTimeout = 100 * time.Millisecond  // loopback answers in microseconds
-		mc.SuspicionMult = 2                      // and declared dead soon after
+		mc.ProbeInterval = 250 * time.Millisecond // a dead member is suspected within ~2 probes
+		mc.ProbeTimeout = 150 * time.Millisecond  // loopback answers in microseconds, even on a busy CI box
+		mc.SuspicionMult = 3                      // and declared dead about a second later
 		mc.GossipInterval = 50 * time.Millisecond // news spreads within a few rounds
 	}
 	mc.Name = cfg.Name
