@@ -91,6 +91,8 @@ func (c *Client) AllowN(ctx context.Context, rule, key string, n int64) (Decisio
 func (c *Client) state(rule, key string, n int64) (*ruleState, error) {
 	rs := c.rules.Load().byName[rule]
 	switch {
+	case c.closed.Load():
+		return nil, ErrClosed
 	case rs == nil:
 		return nil, c.unknownRule(rule)
 	case !validKey(key):

@@ -26,6 +26,7 @@ type options struct {
 	listen       string
 	config       string
 	redis        string
+	redisCluster bool
 	metrics      string
 	storeTimeout time.Duration
 	drainTimeout time.Duration
@@ -50,6 +51,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7070", "gRPC listen address (ALLOT_LISTEN)")
 	fs.StringVar(&o.config, "config", "", "rules file in YAML; reloaded on SIGHUP (ALLOT_CONFIG). Default: the built-in example rules")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL, redis:// or rediss:// (ALLOT_REDIS). Default: the embedded memory store")
+	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "--redis names Redis Cluster seed nodes: redis://h1:p1?addr=h2:p2 (ALLOT_REDIS_CLUSTER)")
 	fs.StringVar(&o.metrics, "metrics", "127.0.0.1:9090", "HTTP address of /metrics and /healthz; empty to disable (ALLOT_METRICS)")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 100*time.Millisecond, "deadline of each store call (ALLOT_STORE_TIMEOUT)")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "how long SIGTERM waits for calls in flight (ALLOT_DRAIN_TIMEOUT)")
@@ -111,7 +113,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	a, err := allocator.New(allocator.Config{
-		Listen: o.listen, RulesFile: o.config, RedisURL: o.redis, MetricsListen: o.metrics,
+		Listen: o.listen, RulesFile: o.config, RedisURL: o.redis, RedisCluster: o.redisCluster, MetricsListen: o.metrics,
 		StoreTimeout: o.storeTimeout, Logger: log,
 	})
 	if err != nil {

@@ -42,6 +42,9 @@ type Config struct {
 	// RedisURL selects the Redis store (redis:// or rediss://). default:
 	// none, the embedded memory store
 	RedisURL string
+	// RedisCluster makes RedisURL name the seed nodes of a Redis Cluster:
+	// "redis://h1:p1?addr=h2:p2&addr=h3:p3". default: false
+	RedisCluster bool
 	// Store, when set, is used instead of RedisURL or memory. The allocator
 	// does not close it.
 	Store store.Store
@@ -119,12 +122,12 @@ func (a *Allocator) openStore() error {
 		a.store = a.cfg.Store
 		return nil
 	case a.cfg.RedisURL != "":
-		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.cfg.StoreTimeout})
+		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.cfg.StoreTimeout, Cluster: a.cfg.RedisCluster})
 		if err != nil {
 			return fmt.Errorf("allocator: redis: %w", err)
 		}
 		a.store, a.ownStore = s, true
-		a.log.Info("store: redis", "url", redactURL(a.cfg.RedisURL))
+		a.log.Info("store: redis", "url", redactURL(a.cfg.RedisURL), "cluster", a.cfg.RedisCluster)
 		return nil
 	}
 	a.store, a.ownStore = store.NewMemory(clock.Real()), true
