@@ -1,0 +1,119 @@
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/allot-dev/allot/client"
+)
+
+// The field names of draft-ietf-httpapi-ratelimit-headers-10, and the
+// older ones that many clients still read.
+const (
+	fieldPolicy    = "RateLimit-Policy"
+	fieldRateLimit = "RateLimit"
+	legacyLimit    = "X-RateLimit-Limit"
+	legacyLeft     = "X-RateLimit-Remaining"
+	legacyReset    = "X-RateLimit-Reset"
+)
+
+// setFields writes RateLimit-Policy for every policy and RateLimit for the
+// one that decided (at), when it is known.
+//
+//	RateLimit-Policy: "burst";q=10;w=1, "hourly";q=1000;w=3600
+//	RateLimit: "hourly";r=0;t=1800
+//
+// r is what this node can still admit on the key without asking the
+// allocator, a hint rather than the fleet-wide count; t is, on a refusal,
+// the Retry-After, and otherwise the time until the quota is whole again,
+// left out when the SDK does not know it.
+func (m *Middleware) setFields(h http.Header, d client.Decision, at int) {
+	var b strings.Builder
+	for i, p := range m.policies {
+		q := p.Quota
+		if i == at {
+			q = d.Limit // the SDK's figure wins: rules are reloaded centrally
+		}
+		if q <= 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		writeString(&b, p.Rule)
+		b.WriteString(";q=")
+		b.WriteString(fmtInt(q))
+		if p.Window > 0 {
+			b.WriteString(";w=")
+			b.WriteString(fmtInt(max(ceilSeconds(p.Window), 1)))
+		}
+	}
+	if b.Len() > 0 {
+		h.Set(fieldPolicy, b.String())
+	}
+	if at < 0 {
+		return
+	}
+	left := max(d.Remaining, 0)
+	if !d.Allowed {
+		left = 0
+	}
+	var t int64 = -1
+	switch {
+	case !d.Allowed:
+		t = retrySeconds(d.RetryAfter)
+	case d.ResetAfter > 0:
+		t = ceilSeconds(d.ResetAfter)
+	}
+	b.Reset()
+	writeString(&b, m.policies[at].Rule)
+	b.WriteString(";r=")
+	b.WriteString(fmtInt(left))
+	if t >= 0 {
+		b.WriteString(";t=")
+		b.WriteString(fmtInt(t))
+	}
+	h.Set(fieldRateLimit, b.String())
+	if m.opts.LegacyHeaders {
+		h.Set(legacyLimit, fmtInt(d.Limit))
+		h.Set(legacyLeft, fmtInt(left))
+		if t >= 0 {
+			h.Set(legacyReset, fmtInt(t))
+		}
+	}
+}
+
+// writeString writes s as a structured-field String (RFC 9651 §3.3.3):
+// quoted, with '"' and '\' escaped. Characters a String cannot hold are
+// dropped; rule names, letters, digits and "-_.", never have any.
+func writeString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c <= 0x7e:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+}
+
+// ceilSeconds is d in whole seconds, rounded up: a client told to wait
+// less than it must would only be refused again.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// retrySeconds is the Retry-After of a refusal: rounded up, and at least
+// one second, since 0 would invite an immediate retry that fails again.
+func retrySeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
+
+func fmtInt(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,258 @@
+// Package httplimit is net/http middleware that applies Allot rules to
+// requests and answers a refusal the way HTTP clients expect.
+//
+// Each request is charged against one rule, or against several at once
+// ("10 a second and 1,000 an hour"), under a key taken from an API-key
+// header, an authenticated identity, or the client's IP address. A refused
+// request gets 429 Too Many Requests with Retry-After, the IETF RateLimit
+// and RateLimit-Policy fields (draft-ietf-httpapi-ratelimit-headers-10) and
+// an application/problem+json body (RFC 9457); a served one gets the two
+// RateLimit fields too, so that well-behaved clients can pace themselves.
+//
+//	mw, err := httplimit.New(c, httplimit.Options{
+//		Policies:  []httplimit.Policy{{Rule: "api-per-key", Window: time.Minute}},
+//		KeyHeader: "X-API-Key",
+//	})
+//	if err != nil { ... }
+//	http.ListenAndServe(addr, mw.Wrap(mux))
+//
+// When the SDK cannot decide (an unknown rule, a closed client) the request
+// is served and the error logged: a limiter fault must not become an API
+// outage. Options.OnError changes that; FailClosed refuses instead.
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/allot-dev/allot/client"
+)
+
+// Policy is one Allot rule applied to every request, and how it is
+// advertised in the RateLimit-Policy field.
+type Policy struct {
+	// Rule names the rule, as in the allocator's rules file. It is also the
+	// policy's name in the RateLimit fields.
+	Rule string
+
+	// Quota is the rule's limit per period: the q of RateLimit-Policy.
+	// default: the limit the SDK reports with each decision. Required when
+	// there are several policies: a combined decision carries only the
+	// deciding rule's limit, and the quota is how the middleware tells
+	// which rule that was.
+	Quota int64
+
+	// Window is the rule's period: the w of RateLimit-Policy, in seconds
+	// rounded up. default: w is left out, which the draft allows; the SDK
+	// does not report a rule's period.
+	Window time.Duration
+}
+
+// Options configures a Middleware. Policies is required; every other field
+// has a default.
+type Options struct {
+	// Policies are the rules every request must pass. Several are checked
+	// together with Client.AllowAll: a request refused by one costs nothing
+	// on the others.
+	Policies []Policy
+
+	// Cost is what a request costs, in tokens. A cost of 0 or less lets the
+	// request through without counting it (health checks, OPTIONS).
+	// default: 1 for every request
+	Cost func(*http.Request) int64
+
+	// KeyHeader names a request header holding an API key, e.g.
+	// "X-API-Key". The middleware does not check the key: a caller can
+	// invent new ones, so put it behind authentication, or prefer Identity.
+	// default: none; keys come from Identity or the client's IP
+	KeyHeader string
+
+	// Identity returns the authenticated caller, e.g. from a session set
+	// by earlier middleware; ok false or an empty string means anonymous.
+	// It is used when the request has no API key. default: none
+	Identity func(r *http.Request) (id string, ok bool)
+
+	// TrustProxy takes the client's IP from the last X-Forwarded-For entry
+	// instead of the connection's address. Set it only when exactly one
+	// reverse proxy you run sits in front of the service and appends that
+	// header: without a proxy anyone can write X-Forwarded-For and choose
+	// a fresh key per request, and the entries before the last are written
+	// by the client, so only the last one, added by your proxy, is taken.
+	// default: false, the connection's address (RemoteAddr)
+	TrustProxy bool
+
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds from now) for clients that predate the
+	// RateLimit fields. default: false
+	LegacyHeaders bool
+
+	// OnError answers a request the SDK could not decide, after the error
+	// is logged. It returns true when it has written a response, false to
+	// serve the request. default: serve the request (fail open)
+	OnError func(w http.ResponseWriter, r *http.Request, err error) (handled bool)
+
+	// Logger receives SDK errors, a few a minute at most.
+	// default: slog.Default()
+	Logger *slog.Logger
+}
+
+// Middleware applies Allot rules to HTTP requests. It is safe for
+// concurrent use.
+type Middleware struct {
+	c        *client.Client
+	opts     Options
+	policies []Policy
+	keyHdr   string
+	errLogs  rate.Sometimes // an unknown rule fails every request: log a few
+}
+
+// New checks the options and builds the middleware. The client is used,
+// not owned: close it after the server has stopped.
+func New(c *client.Client, opts Options) (*Middleware, error) {
+	if c == nil {
+		return nil, errors.New("httplimit: New: the client is nil")
+	}
+	if err := checkPolicies(opts.Policies); err != nil {
+		return nil, err
+	}
+	if opts.Cost == nil {
+		opts.Cost = func(*http.Request) int64 { return 1 }
+	}
+	if opts.OnError == nil {
+		opts.OnError = func(http.ResponseWriter, *http.Request, error) bool { return false }
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	m := &Middleware{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...),
+		errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}
+	if opts.KeyHeader != "" {
+		m.keyHdr = textproto.CanonicalMIMEHeaderKey(opts.KeyHeader)
+	}
+	return m, nil
+}
+
+func checkPolicies(ps []Policy) error {
+	if len(ps) == 0 {
+		return errors.New("httplimit: Options.Policies is empty")
+	}
+	seen := make(map[string]bool, len(ps))
+	for i, p := range ps {
+		switch {
+		case p.Rule == "":
+			return fmt.Errorf("httplimit: Options.Policies[%d].Rule is empty", i)
+		case seen[p.Rule]:
+			return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q appears twice", i, p.Rule)
+		case p.Quota < 0:
+			return fmt.Errorf("httplimit: Options.Policies[%d].Quota is negative", i)
+		case p.Quota == 0 && len(ps) > 1:
+			return fmt.Errorf("httplimit: Options.Policies[%d].Quota is required with several policies", i)
+		case p.Window < 0:
+			return fmt.Errorf("httplimit: Options.Policies[%d].Window is negative", i)
+		}
+		seen[p.Rule] = true
+	}
+	return nil
+}
+
+// Wrap returns next behind the limit. Its method value is a
+// func(http.Handler) http.Handler, the shape routers take.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.admit(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// admit decides r, writes the RateLimit fields, and answers a refusal. It
+// reports whether the request should be served.
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
+	n := m.opts.Cost(r)
+	if n <= 0 {
+		return true
+	}
+	d, err := m.decide(r.Context(), m.key(r), n)
+	switch {
+	case errors.Is(err, client.ErrCostAboveCapacity):
+		// Not a fault of the limiter: this request can never pass, and
+		// serving it would let anyone skip the limit by asking for more.
+		writeProblem(w, tooCostly(n))
+		return false
+	case err != nil:
+		if r.Context().Err() != nil {
+			return false // the caller has gone; nobody to answer
+		}
+		m.errLogs.Do(func() {
+			m.opts.Logger.Warn("httplimit: request not decided", "rules", m.ruleNames(), "err", err)
+		})
+		return !m.opts.OnError(w, r, err)
+	}
+	at := m.deciding(d)
+	m.setFields(w.Header(), d, at)
+	if d.Allowed {
+		return true
+	}
+	w.Header().Set("Retry-After", fmtInt(retrySeconds(d.RetryAfter)))
+	writeProblem(w, quotaExceeded(m.policyName(at), d.RetryAfter))
+	return false
+}
+
+func (m *Middleware) decide(ctx context.Context, key string, n int64) (client.Decision, error) {
+	if len(m.policies) == 1 {
+		return m.c.AllowN(ctx, m.policies[0].Rule, key, n)
+	}
+	limits := make([]client.RuleKey, len(m.policies))
+	for i, p := range m.policies {
+		limits[i] = client.RuleKey{Rule: p.Rule, Key: key}
+	}
+	return m.c.AllowAll(ctx, n, limits...)
+}
+
+// deciding finds the policy a decision came from, or -1 when it cannot be
+// told. A decision does not name its rule; with several policies, the one
+// whose quota equals the decision's limit is it.
+func (m *Middleware) deciding(d client.Decision) int {
+	if len(m.policies) == 1 {
+		return 0
+	}
+	at := -1
+	for i, p := range m.policies {
+		if p.Quota == d.Limit {
+			if at >= 0 {
+				return -1 // two policies with this quota: either could have decided
+			}
+			at = i
+		}
+	}
+	return at
+}
+
+func (m *Middleware) policyName(at int) string {
+	if at < 0 {
+		return ""
+	}
+	return m.policies[at].Rule
+}
+
+func (m *Middleware) ruleNames() []string {
+	names := make([]string, len(m.policies))
+	for i, p := range m.policies {
+		names[i] = p.Rule
+	}
+	return names
+}
+
+// FailClosed is an Options.OnError that refuses a request the SDK could
+// not decide with 503 Service Unavailable and a problem+json body.
+func FailClosed(w http.ResponseWriter, _ *http.Request, _ error) bool {
+	writeProblem(w, undecided())
+	return true
+}

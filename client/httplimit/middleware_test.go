@@ -1,0 +1,358 @@
+package httplimit_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/client/httplimit"
+)
+
+// body is the problem+json of a refusal.
+type body struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail"`
+	Violated []string `json:"violated-policies"`
+}
+
+func decode(t testing.TB, r reply) body {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	var b body
+	if err := json.Unmarshal([]byte(r.body), &b); err != nil {
+		t.Fatalf("body %q: %v", r.body, err)
+	}
+	return b
+}
+
+// expect checks a reply's status and the given header values ("" means
+// the header must be absent).
+func expect(t testing.TB, what string, r reply, status int, headers map[string]string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("%s: status %d, want %d (body %q)", what, r.status, status, r.body)
+	}
+	for name, want := range headers {
+		if got := r.header.Get(name); got != want {
+			t.Errorf("%s: %s = %q, want %q", what, name, got, want)
+		}
+	}
+}
+
+// A strict rule is decided by the allocator for every request, so the
+// count and every header are exact.
+func TestRefusedAfterTheLimit(t *testing.T) {
+	c := startAllocator(t)
+	srv := limited(t, c, httplimit.Options{
+		Policies:  []httplimit.Policy{{Rule: "login", Window: 24 * time.Hour}},
+		KeyHeader: "X-API-Key",
+	})
+	policy := `"login";q=2;w=86400`
+	expect(t, "1st", get(t, srv, "X-API-Key: k"), 200, map[string]string{
+		"RateLimit-Policy": policy, "RateLimit": `"login";r=1;t=86400`, "Retry-After": ""})
+	expect(t, "2nd", get(t, srv, "X-API-Key: k"), 200, map[string]string{
+		"RateLimit-Policy": policy, "RateLimit": `"login";r=0;t=86400`, "Retry-After": ""})
+	for _, nth := range []string{"3rd", "4th"} {
+		r := get(t, srv, "X-API-Key: k")
+		expect(t, nth, r, http.StatusTooManyRequests, map[string]string{
+			"RateLimit-Policy": policy, "RateLimit": `"login";r=0;t=86400`, "Retry-After": "86400",
+			"X-RateLimit-Limit": ""})
+		b := decode(t, r)
+		want := body{Type: httplimit.ProblemQuotaExceeded, Title: "Quota exceeded", Status: 429,
+			Detail: `The rate limit "login" was exceeded; retry in 86400 seconds.`, Violated: []string{"login"}}
+		if b.Type != want.Type || b.Title != want.Title || b.Status != want.Status || b.Detail != want.Detail ||
+			len(b.Violated) != 1 || b.Violated[0] != "login" {
+			t.Fatalf("%s: body %+v, want %+v", nth, b, want)
+		}
+		if strings.Contains(r.body, `"k"`) {
+			t.Fatalf("%s: the body shows the key: %s", nth, r.body)
+		}
+	}
+}
+
+var (
+	rateLimitRE = regexp.MustCompile(`^"hourly";r=(\d+)(;t=(\d+))?$`)
+	retryRE     = regexp.MustCompile(`^[1-9]\d*$`)
+)
+
+// A leased rule: decisions are local, so the count of admitted requests
+// is the SDK's business; every response must still carry well-formed
+// fields, and the refusal's t must equal its Retry-After.
+func TestLeasedRuleFields(t *testing.T) {
+	c := startAllocator(t)
+	srv := limited(t, c, httplimit.Options{
+		Policies:      []httplimit.Policy{{Rule: "hourly", Window: time.Hour}},
+		KeyHeader:     "X-API-Key",
+		LegacyHeaders: true,
+	})
+	for i := range 10 {
+		r := get(t, srv, "X-API-Key: leased")
+		if got := r.header.Get("RateLimit-Policy"); got != `"hourly";q=3;w=3600` {
+			t.Fatalf("request %d: RateLimit-Policy %q", i+1, got)
+		}
+		m := rateLimitRE.FindStringSubmatch(r.header.Get("RateLimit"))
+		if m == nil {
+			t.Fatalf("request %d: RateLimit %q is malformed", i+1, r.header.Get("RateLimit"))
+		}
+		if r.header.Get("X-RateLimit-Limit") != "3" || r.header.Get("X-RateLimit-Remaining") != m[1] ||
+			r.header.Get("X-RateLimit-Reset") != m[3] {
+			t.Fatalf("request %d: legacy headers %v disagree with RateLimit %q", i+1, r.header, m[0])
+		}
+		if r.status == http.StatusOK {
+			if i == 0 && m[1] != "2" {
+				t.Fatalf("first request: r=%s, want 2", m[1])
+			}
+			continue
+		}
+		expect(t, "refusal", r, http.StatusTooManyRequests, nil)
+		ra := r.header.Get("Retry-After")
+		if !retryRE.MatchString(ra) || m[1] != "0" || m[3] != ra {
+			t.Fatalf("request %d: Retry-After %q with RateLimit %q; want r=0 and t equal to Retry-After", i+1, ra, m[0])
+		}
+		if n, _ := strconv.Atoi(ra); n > 3600 {
+			t.Fatalf("Retry-After %d s on a rule that refills in an hour", n)
+		}
+		if b := decode(t, r); b.Status != 429 || b.Type != httplimit.ProblemQuotaExceeded {
+			t.Fatalf("body %+v", b)
+		}
+		if i < 1 {
+			t.Fatalf("refused at request %d of a limit of 3", i+1)
+		}
+		return
+	}
+	t.Fatal("10 requests passed a limit of 3")
+}
+
+// API key before identity before IP; X-Forwarded-For only behind a
+// trusted proxy. Each source spends its own quota.
+func TestKeyPrecedence(t *testing.T) {
+	c := startAllocator(t)
+	opts := httplimit.Options{
+		Policies:  []httplimit.Policy{{Rule: "login"}},
+		KeyHeader: "X-API-Key",
+		// Stands in for authentication middleware that set the caller.
+		Identity: func(r *http.Request) (string, bool) {
+			u := r.Header.Get("X-Test-User")
+			return u, u != ""
+		},
+	}
+	srv := limited(t, c, opts)
+	drain := func(what string, headers ...string) {
+		t.Helper()
+		for i := range 2 {
+			if r := get(t, srv, headers...); r.status != 200 {
+				t.Fatalf("%s: request %d refused: its key was already spent", what, i+1)
+			}
+		}
+		if r := get(t, srv, headers...); r.status != 429 {
+			t.Fatalf("%s: 3rd request status %d, want 429", what, r.status)
+		}
+	}
+	drain("API key with a user", "X-API-Key: k1", "X-Test-User: alice")
+	drain("the same user without an API key", "X-Test-User: alice")
+	drain("no key, no user: the client IP")
+	if r := get(t, srv, "X-Forwarded-For: 203.0.113.7"); r.status != 429 {
+		t.Fatalf("X-Forwarded-For without TrustProxy chose a new key: status %d", r.status)
+	}
+	if r := get(t, srv, "X-API-Key: k2"); r.status != 200 {
+		t.Fatalf("a fresh API key from a spent IP: status %d", r.status)
+	}
+	if r := get(t, srv, "X-API-Key: 127.0.0.1"); r.status != 200 {
+		t.Fatalf("an API key spelled like the spent IP shared its quota: status %d", r.status)
+	}
+
+	opts.TrustProxy = true
+	proxied := limited(t, c, opts)
+	// The last entry is the one the proxy wrote; what comes before it is
+	// whatever the client sent.
+	for i, xff := range []string{"203.0.113.7", "198.51.100.1, 203.0.113.7"} {
+		if r := get(t, proxied, "X-Forwarded-For: "+xff); r.status != 200 {
+			t.Fatalf("behind a proxy, request %d from 203.0.113.7: status %d", i+1, r.status)
+		}
+	}
+	if r := get(t, proxied, "X-Forwarded-For: 10.9.9.9", "X-Forwarded-For: 203.0.113.7"); r.status != 429 {
+		t.Fatalf("3rd request from 203.0.113.7 (two header lines): status %d", r.status)
+	}
+	if r := get(t, proxied, "X-Forwarded-For: 203.0.113.7, 198.51.100.9"); r.status != 200 {
+		t.Fatalf("a spoofed first entry decided the key: status %d", r.status)
+	}
+}
+
+// A key longer than the SDK accepts is hashed, not failed: it is limited
+// like any other, and two long keys that differ at the end stay apart.
+func TestLongKeyIsHashed(t *testing.T) {
+	c := startAllocator(t)
+	srv := limited(t, c, httplimit.Options{
+		Policies:  []httplimit.Policy{{Rule: "login"}},
+		KeyHeader: "X-API-Key",
+		OnError:   httplimit.FailClosed, // an SDK error would show as 503
+	})
+	long := strings.Repeat("k", 600)
+	for i, want := range []int{200, 200, 429} {
+		if r := get(t, srv, "X-API-Key: "+long+"a"); r.status != want {
+			t.Fatalf("long key, request %d: status %d, want %d (%s)", i+1, r.status, want, r.body)
+		}
+	}
+	if r := get(t, srv, "X-API-Key: "+long+"b"); r.status != 200 {
+		t.Fatalf("another long key with the same first 600 bytes: status %d", r.status)
+	}
+}
+
+// Burst and sustained limits checked together: the refusal names the rule
+// that refused, and RateLimit-Policy lists both.
+func TestMultiRuleReportsTheRefusingRule(t *testing.T) {
+	c := startAllocator(t)
+	t.Run("burst refuses", func(t *testing.T) {
+		srv := limited(t, c, httplimit.Options{KeyHeader: "X-API-Key", Policies: []httplimit.Policy{
+			{Rule: "burst", Quota: 2, Window: time.Hour},
+			{Rule: "plenty", Quota: 1_000_000, Window: 24 * time.Hour},
+		}})
+		for i := range 10 {
+			r := get(t, srv, "X-API-Key: b")
+			if got, want := r.header.Get("RateLimit-Policy"), `"burst";q=2;w=3600, "plenty";q=1000000;w=86400`; got != want {
+				t.Fatalf("RateLimit-Policy %q, want %q", got, want)
+			}
+			if r.status == 200 {
+				continue
+			}
+			b := decode(t, r)
+			if len(b.Violated) != 1 || b.Violated[0] != "burst" {
+				t.Fatalf("request %d refused with violated-policies %q, want [burst]", i+1, b.Violated)
+			}
+			if rl := r.header.Get("RateLimit"); rl != `"burst";r=0;t=`+r.header.Get("Retry-After") {
+				t.Fatalf("RateLimit %q with Retry-After %q", rl, r.header.Get("Retry-After"))
+			}
+			return
+		}
+		t.Fatal("10 requests passed a burst of 2")
+	})
+	t.Run("sustained refuses", func(t *testing.T) {
+		srv := limited(t, c, httplimit.Options{KeyHeader: "X-API-Key", Policies: []httplimit.Policy{
+			{Rule: "plenty", Quota: 1_000_000, Window: 24 * time.Hour},
+			{Rule: "login", Quota: 2, Window: 24 * time.Hour},
+		}})
+		for range 2 {
+			expect(t, "within both", get(t, srv, "X-API-Key: s"), 200, nil)
+		}
+		r := get(t, srv, "X-API-Key: s")
+		expect(t, "3rd", r, 429, map[string]string{
+			"RateLimit-Policy": `"plenty";q=1000000;w=86400, "login";q=2;w=86400`,
+			"RateLimit":        `"login";r=0;t=86400`,
+			"Retry-After":      "86400",
+		})
+		if b := decode(t, r); len(b.Violated) != 1 || b.Violated[0] != "login" {
+			t.Fatalf("violated-policies %q, want [login]", b.Violated)
+		}
+	})
+}
+
+// syncBuffer collects log lines written by the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestSDKErrors(t *testing.T) {
+	c := startAllocator(t)
+	unknown := []httplimit.Policy{{Rule: "no-such-rule"}}
+	t.Run("fail open by default, and log", func(t *testing.T) {
+		var logs syncBuffer
+		srv := limited(t, c, httplimit.Options{Policies: unknown, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		for range 5 {
+			expect(t, "unknown rule", get(t, srv), 200, map[string]string{"RateLimit": "", "RateLimit-Policy": ""})
+		}
+		if got := logs.String(); !strings.Contains(got, "unknown rule") || strings.Count(got, "\n") != 3 {
+			t.Fatalf("logs %q: want the error, three times at most", got)
+		}
+	})
+	t.Run("FailClosed", func(t *testing.T) {
+		srv := limited(t, c, httplimit.Options{Policies: unknown, OnError: httplimit.FailClosed})
+		r := get(t, srv)
+		expect(t, "unknown rule", r, http.StatusServiceUnavailable, nil)
+		if b := decode(t, r); b.Status != 503 || b.Title != "Service Unavailable" {
+			t.Fatalf("body %+v", b)
+		}
+	})
+	t.Run("a cost above the capacity is refused, not served", func(t *testing.T) {
+		srv := limited(t, c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "hourly"}},
+			Cost: func(*http.Request) int64 { return 4 }})
+		r := get(t, srv)
+		expect(t, "cost 4 of 3", r, 429, map[string]string{"Retry-After": ""})
+		if b := decode(t, r); b.Type != httplimit.ProblemQuotaExceeded || !strings.Contains(b.Detail, "cannot pass") {
+			t.Fatalf("body %+v", b)
+		}
+	})
+	t.Run("a cost of zero is free", func(t *testing.T) {
+		srv := limited(t, c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "login"}}, KeyHeader: "X-API-Key",
+			Cost: func(r *http.Request) int64 {
+				if r.Header.Get("X-Free") != "" {
+					return 0
+				}
+				return 1
+			}})
+		for range 5 {
+			expect(t, "free", get(t, srv, "X-API-Key: free", "X-Free: 1"), 200, map[string]string{"RateLimit": ""})
+		}
+		expect(t, "charged", get(t, srv, "X-API-Key: free"), 200, map[string]string{"RateLimit": `"login";r=1;t=86400`})
+	})
+}
+
+func TestLegacyHeaders(t *testing.T) {
+	c := startAllocator(t)
+	srv := limited(t, c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "login"}}, LegacyHeaders: true})
+	get(t, srv)
+	get(t, srv)
+	expect(t, "refused", get(t, srv), 429, map[string]string{
+		"RateLimit-Policy":      `"login";q=2`, // no Window: no w
+		"X-RateLimit-Limit":     "2",
+		"X-RateLimit-Remaining": "0",
+		"X-RateLimit-Reset":     "86400",
+	})
+}
+
+func TestNewChecksOptions(t *testing.T) {
+	c := startAllocator(t)
+	cases := map[string]httplimit.Options{
+		"no policies":     {},
+		"no rule name":    {Policies: []httplimit.Policy{{Quota: 1}}},
+		"twice":           {Policies: []httplimit.Policy{{Rule: "a", Quota: 1}, {Rule: "a", Quota: 2}}},
+		"no quota":        {Policies: []httplimit.Policy{{Rule: "a", Quota: 1}, {Rule: "b"}}},
+		"negative":        {Policies: []httplimit.Policy{{Rule: "a", Quota: -1}}},
+		"negative window": {Policies: []httplimit.Policy{{Rule: "a", Window: -time.Second}}},
+	}
+	for name, opts := range cases {
+		if _, err := httplimit.New(c, opts); err == nil {
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+	if _, err := httplimit.New(nil, httplimit.Options{Policies: []httplimit.Policy{{Rule: "a"}}}); err == nil {
+		t.Error("New with a nil client succeeded")
+	}
+	_, err := httplimit.New(c, cases["no quota"])
+	if err == nil || !strings.Contains(err.Error(), "Policies[1].Quota") {
+		t.Errorf("error %v does not name the field", err)
+	}
+}
