@@ -1,0 +1,229 @@
+// Package grpclimit is a pair of gRPC server interceptors that apply Allot
+// rules to calls and refuse the way gRPC clients expect.
+//
+// Each call is charged against one rule, or against several at once, under
+// a key taken from a metadata entry (an API key), an authenticated
+// identity, or the peer's address. A refused call ends with
+// codes.ResourceExhausted carrying google.rpc.RetryInfo (when to try
+// again) and google.rpc.QuotaFailure (which rule refused, and for whom,
+// with the key hashed so that it never leaves the server in clear).
+//
+//	lim, err := grpclimit.New(c, grpclimit.Options{
+//		Policies:    []grpclimit.Policy{{Rule: "api-per-key"}},
+//		KeyMetadata: "x-api-key",
+//	})
+//	if err != nil { ... }
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(lim.Unary),
+//		grpc.ChainStreamInterceptor(lim.Stream),
+//	)
+//
+// A stream is charged once, when it opens. When the SDK cannot decide (an
+// unknown rule, a closed client) the call proceeds and the error is
+// logged; Options.OnError changes that, and FailClosed refuses instead.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/allot-dev/allot/client"
+)
+
+// Policy is one Allot rule applied to every call.
+type Policy struct {
+	// Rule names the rule, as in the allocator's rules file.
+	Rule string
+
+	// Quota is the rule's limit per period. default: the limit the SDK
+	// reports with each decision. Required when there are several
+	// policies: a combined decision carries only the deciding rule's
+	// limit, and the quota is how the interceptor tells which rule that
+	// was, to name it in QuotaFailure.
+	Quota int64
+}
+
+// Options configures an Interceptor. Policies is required; every other
+// field has a default.
+type Options struct {
+	// Policies are the rules every call must pass. Several are checked
+	// together with Client.AllowAll: a call refused by one costs nothing
+	// on the others.
+	Policies []Policy
+
+	// Cost is what a call costs, in tokens. A cost of 0 or less lets the
+	// call through without counting it (health checks, reflection).
+	// default: 1 for every call
+	Cost func(ctx context.Context, fullMethod string) int64
+
+	// KeyMetadata names an incoming metadata entry holding an API key,
+	// e.g. "x-api-key". The interceptor does not check the key: a caller
+	// can invent new ones, so authenticate first, or prefer Identity.
+	// default: none; keys come from Identity or the peer's address
+	KeyMetadata string
+
+	// Identity returns the authenticated caller, e.g. from a TLS client
+	// certificate or a token checked by an earlier interceptor; ok false
+	// or an empty string means anonymous. It is used when the call has no
+	// API key. default: none
+	Identity func(ctx context.Context) (id string, ok bool)
+
+	// OnError decides a call the SDK could not, after the error is
+	// logged: nil lets the call proceed, an error ends it with that error.
+	// default: proceed (fail open)
+	OnError func(ctx context.Context, fullMethod string, err error) error
+
+	// Logger receives SDK errors, a few a minute at most.
+	// default: slog.Default()
+	Logger *slog.Logger
+}
+
+// Interceptor applies Allot rules to gRPC calls. It is safe for concurrent
+// use.
+type Interceptor struct {
+	c        *client.Client
+	opts     Options
+	policies []Policy
+	names    string         // the rules, comma-separated, for messages
+	errLogs  rate.Sometimes // an unknown rule fails every call: log a few
+}
+
+// New checks the options and builds the interceptors. The client is used,
+// not owned: close it after the server has stopped.
+func New(c *client.Client, opts Options) (*Interceptor, error) {
+	if c == nil {
+		return nil, errors.New("grpclimit: New: the client is nil")
+	}
+	if err := checkPolicies(opts.Policies); err != nil {
+		return nil, err
+	}
+	if opts.Cost == nil {
+		opts.Cost = func(context.Context, string) int64 { return 1 }
+	}
+	if opts.OnError == nil {
+		opts.OnError = func(context.Context, string, error) error { return nil }
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	names := make([]string, len(opts.Policies))
+	for i, p := range opts.Policies {
+		names[i] = p.Rule
+	}
+	return &Interceptor{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...),
+		names: strings.Join(names, ","), errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}, nil
+}
+
+func checkPolicies(ps []Policy) error {
+	if len(ps) == 0 {
+		return errors.New("grpclimit: Options.Policies is empty")
+	}
+	seen := make(map[string]bool, len(ps))
+	for i, p := range ps {
+		switch {
+		case p.Rule == "":
+			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule is empty", i)
+		case seen[p.Rule]:
+			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q appears twice", i, p.Rule)
+		case p.Quota < 0:
+			return fmt.Errorf("grpclimit: Options.Policies[%d].Quota is negative", i)
+		case p.Quota == 0 && len(ps) > 1:
+			return fmt.Errorf("grpclimit: Options.Policies[%d].Quota is required with several policies", i)
+		}
+		seen[p.Rule] = true
+	}
+	return nil
+}
+
+// Unary is a grpc.UnaryServerInterceptor.
+func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := i.admit(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// Stream is a grpc.StreamServerInterceptor. The stream is charged once,
+// before its handler runs.
+func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := i.admit(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// admit decides a call; a non-nil error is the call's answer.
+func (i *Interceptor) admit(ctx context.Context, method string) error {
+	n := i.opts.Cost(ctx, method)
+	if n <= 0 {
+		return nil
+	}
+	key := i.key(ctx)
+	d, err := i.decide(ctx, key, n)
+	switch {
+	case errors.Is(err, client.ErrCostAboveCapacity):
+		// Not a fault of the limiter: this call can never pass, and letting
+		// it through would let anyone skip the limit by asking for more.
+		return tooCostly(i.names, redact(key), n)
+	case err != nil:
+		if ctx.Err() != nil {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		i.errLogs.Do(func() {
+			i.opts.Logger.Warn("grpclimit: call not decided", "rules", i.names, "method", method, "err", err)
+		})
+		return i.opts.OnError(ctx, method, err)
+	case d.Allowed:
+		return nil
+	}
+	rule := i.names // with several policies, when the decider cannot be told
+	if at := i.deciding(d); at >= 0 {
+		rule = i.policies[at].Rule
+	}
+	return exhausted(rule, redact(key), d)
+}
+
+func (i *Interceptor) decide(ctx context.Context, key string, n int64) (client.Decision, error) {
+	if len(i.policies) == 1 {
+		return i.c.AllowN(ctx, i.policies[0].Rule, key, n)
+	}
+	limits := make([]client.RuleKey, len(i.policies))
+	for j, p := range i.policies {
+		limits[j] = client.RuleKey{Rule: p.Rule, Key: key}
+	}
+	return i.c.AllowAll(ctx, n, limits...)
+}
+
+// deciding finds the policy a decision came from, or -1 when it cannot be
+// told. A decision does not name its rule; with several policies, the one
+// whose quota equals the decision's limit is it.
+func (i *Interceptor) deciding(d client.Decision) int {
+	if len(i.policies) == 1 {
+		return 0
+	}
+	at := -1
+	for j, p := range i.policies {
+		if p.Quota == d.Limit {
+			if at >= 0 {
+				return -1 // two policies with this quota: either could have decided
+			}
+			at = j
+		}
+	}
+	return at
+}
+
+// FailClosed is an Options.OnError that ends a call the SDK could not
+// decide with codes.Unavailable.
+func FailClosed(_ context.Context, _ string, _ error) error {
+	return status.Error(codes.Unavailable, "rate limiter could not decide this call")
+}

@@ -1,0 +1,316 @@
+package grpclimit_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/client/grpclimit"
+	"github.com/allot-dev/allot/internal/allocator"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Periods of an hour or a day: no token comes back while a test runs.
+// login is strict, decided by the allocator for every call, so its counts
+// are exact.
+const testRules = `
+rules:
+  - name: login
+    algorithm: sliding_log
+    limit: 2
+    period: 24h
+  - name: hourly
+    algorithm: token_bucket
+    limit: 3
+    period: 1h
+  - name: plenty
+    algorithm: token_bucket
+    limit: 1000000
+    period: 24h
+`
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// startAllocator runs a real allocator on 127.0.0.1 with the memory store
+// and returns a client connected to it.
+func startAllocator(t testing.TB) *client.Client {
+	t.Helper()
+	set, err := rules.Parse("test", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := allocator.New(allocator.Config{Rules: set, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve() }()
+	t.Cleanup(func() { a.Stop(); <-served })
+	c, err := client.New(client.Config{Allocators: []string{a.Addr()}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// serve runs the gRPC health service on 127.0.0.1:0 behind the
+// interceptors and returns a client of it. Check is a unary call, Watch a
+// server stream.
+func serve(t testing.TB, c *client.Client, opts grpclimit.Options) healthpb.HealthClient {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quiet()
+	}
+	lim, err := grpclimit.New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(lim.Unary), grpc.ChainStreamInterceptor(lim.Stream))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+func check(t testing.TB, h healthpb.HealthClient, md ...string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if len(md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	}
+	_, err := h.Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
+}
+
+// refusal decodes a ResourceExhausted status the way a client would.
+func refusal(t testing.TB, err error) (*errdetails.RetryInfo, *errdetails.QuotaFailure, *status.Status) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		t.Fatalf("error %v, want ResourceExhausted", err)
+	}
+	var ri *errdetails.RetryInfo
+	var qf *errdetails.QuotaFailure
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			ri = d
+		case *errdetails.QuotaFailure:
+			qf = d
+		default:
+			t.Fatalf("unexpected detail %T %v", d, d)
+		}
+	}
+	if qf == nil || len(qf.GetViolations()) != 1 {
+		t.Fatalf("QuotaFailure %v, want one violation", qf)
+	}
+	return ri, qf, st
+}
+
+func redacted(key string) string {
+	kind, _, _ := strings.Cut(key, ":")
+	sum := sha256.Sum256([]byte(key))
+	return kind + ":" + hex.EncodeToString(sum[:8])
+}
+
+func TestUnaryRefusedWithDetails(t *testing.T) {
+	c := startAllocator(t)
+	h := serve(t, c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "login"}}, KeyMetadata: "x-api-key"})
+	const secret = "sk-live-0123456789"
+	for i := range 2 {
+		if err := check(t, h, "x-api-key", secret); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	err := check(t, h, "x-api-key", secret)
+	ri, qf, st := refusal(t, err)
+	if d := ri.GetRetryDelay().AsDuration(); d < 23*time.Hour || d > 24*time.Hour {
+		t.Fatalf("RetryInfo.retry_delay %v, want about a day", d)
+	}
+	v := qf.GetViolations()[0]
+	if want := "login/" + redacted("key:"+secret); v.GetSubject() != want {
+		t.Fatalf("subject %q, want %q", v.GetSubject(), want)
+	}
+	if v.GetQuotaId() != "login" || v.GetQuotaValue() != 2 || !strings.Contains(v.GetDescription(), "quota of 2") {
+		t.Fatalf("violation %v", v)
+	}
+	if strings.Contains(err.Error(), secret) || strings.Contains(v.String(), secret) {
+		t.Fatalf("the raw key leaked: %v / %v", err, v)
+	}
+	if !strings.Contains(st.Message(), "login") {
+		t.Fatalf("message %q does not name the rule", st.Message())
+	}
+	if err := check(t, h, "x-api-key", "another"); err != nil {
+		t.Fatalf("another key: %v", err)
+	}
+}
+
+// Without the metadata entry, calls are keyed by the peer's IP; with it,
+// by the key.
+func TestPeerAddressFallback(t *testing.T) {
+	c := startAllocator(t)
+	h := serve(t, c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "login"}}, KeyMetadata: "x-api-key"})
+	for i := range 2 {
+		if err := check(t, h); err != nil {
+			t.Fatalf("call %d without a key: %v", i+1, err)
+		}
+	}
+	_, qf, _ := refusal(t, check(t, h))
+	if want := "login/" + redacted("ip:127.0.0.1"); qf.GetViolations()[0].GetSubject() != want {
+		t.Fatalf("subject %q, want %q", qf.GetViolations()[0].GetSubject(), want)
+	}
+	if err := check(t, h, "x-api-key", "k"); err != nil {
+		t.Fatalf("with a key, from the spent address: %v", err)
+	}
+}
+
+// A stream is charged when it opens; a refused one ends before its
+// handler sends anything.
+func TestStreamInterceptor(t *testing.T) {
+	c := startAllocator(t)
+	h := serve(t, c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "login"}}, KeyMetadata: "x-api-key"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", "watcher")
+	watch := func() error {
+		s, err := h.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		resp, err := s.Recv()
+		if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("first message %v", resp)
+		}
+		return err
+	}
+	for i := range 2 {
+		if err := watch(); err != nil {
+			t.Fatalf("stream %d: %v", i+1, err)
+		}
+	}
+	err := watch()
+	ri, qf, _ := refusal(t, err)
+	if ri.GetRetryDelay().AsDuration() < 23*time.Hour || qf.GetViolations()[0].GetQuotaId() != "login" {
+		t.Fatalf("stream refusal: %v %v", ri, qf)
+	}
+}
+
+// With several policies the violation names the rule that refused.
+func TestMultiRuleNamesTheRefusingRule(t *testing.T) {
+	c := startAllocator(t)
+	h := serve(t, c, grpclimit.Options{KeyMetadata: "x-api-key", Policies: []grpclimit.Policy{
+		{Rule: "plenty", Quota: 1_000_000}, {Rule: "login", Quota: 2}}})
+	for range 2 {
+		if err := check(t, h, "x-api-key", "m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, qf, _ := refusal(t, check(t, h, "x-api-key", "m"))
+	if v := qf.GetViolations()[0]; v.GetQuotaId() != "login" || !strings.HasPrefix(v.GetSubject(), "login/key:") {
+		t.Fatalf("violation %v, want rule login", v)
+	}
+
+	// A leased rule: the count is the SDK's business, the attribution is not.
+	h = serve(t, c, grpclimit.Options{KeyMetadata: "x-api-key", Policies: []grpclimit.Policy{
+		{Rule: "hourly", Quota: 3}, {Rule: "plenty", Quota: 1_000_000}}})
+	for i := range 10 {
+		err := check(t, h, "x-api-key", "burst")
+		if err == nil {
+			continue
+		}
+		ri, qf, _ := refusal(t, err)
+		if v := qf.GetViolations()[0]; v.GetQuotaId() != "hourly" || v.GetQuotaValue() != 3 {
+			t.Fatalf("call %d: violation %v, want rule hourly", i+1, v)
+		}
+		if d := ri.GetRetryDelay().AsDuration(); d <= 0 || d > time.Hour {
+			t.Fatalf("retry_delay %v on a rule that refills in an hour", d)
+		}
+		return
+	}
+	t.Fatal("10 calls passed a limit of 3")
+}
+
+func TestErrorsAndCost(t *testing.T) {
+	c := startAllocator(t)
+	unknown := []grpclimit.Policy{{Rule: "no-such-rule"}}
+	if err := check(t, serve(t, c, grpclimit.Options{Policies: unknown})); err != nil {
+		t.Fatalf("an unknown rule did not fail open: %v", err)
+	}
+	err := check(t, serve(t, c, grpclimit.Options{Policies: unknown, OnError: grpclimit.FailClosed}))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("FailClosed: %v, want Unavailable", err)
+	}
+	// A key longer than the SDK accepts is hashed and limited, not an error.
+	h := serve(t, c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "login"}}, KeyMetadata: "x-api-key",
+		OnError: grpclimit.FailClosed})
+	long := strings.Repeat("k", 600)
+	for i := range 2 {
+		if err := check(t, h, "x-api-key", long); err != nil {
+			t.Fatalf("long key, call %d: %v", i+1, err)
+		}
+	}
+	refusal(t, check(t, h, "x-api-key", long))
+	// Too costly to ever pass: refused without a RetryInfo.
+	h = serve(t, c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "hourly"}},
+		Cost: func(context.Context, string) int64 { return 4 }})
+	if ri, _, _ := refusal(t, check(t, h)); ri != nil {
+		t.Fatalf("a call that can never pass was told to retry: %v", ri)
+	}
+	// A cost of 0 is free.
+	h = serve(t, c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "login"}}, KeyMetadata: "x-api-key",
+		Cost: func(_ context.Context, method string) int64 {
+			if method == "/grpc.health.v1.Health/Check" {
+				return 0
+			}
+			return 1
+		}})
+	for range 5 {
+		if err := check(t, h, "x-api-key", "free"); err != nil {
+			t.Fatalf("a free call: %v", err)
+		}
+	}
+}
+
+func TestNewChecksOptions(t *testing.T) {
+	c := startAllocator(t)
+	for name, opts := range map[string]grpclimit.Options{
+		"no policies":  {},
+		"no rule name": {Policies: []grpclimit.Policy{{Quota: 1}}},
+		"twice":        {Policies: []grpclimit.Policy{{Rule: "a", Quota: 1}, {Rule: "a", Quota: 2}}},
+		"no quota":     {Policies: []grpclimit.Policy{{Rule: "a", Quota: 1}, {Rule: "b"}}},
+		"negative":     {Policies: []grpclimit.Policy{{Rule: "a", Quota: -1}}},
+	} {
+		if _, err := grpclimit.New(c, opts); err == nil {
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+	if _, err := grpclimit.New(nil, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "a"}}}); err == nil {
+		t.Error("New with a nil client succeeded")
+	}
+}
