@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/internal/allocator"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// startAllocator runs a real allocator on 127.0.0.1 with the memory store
+// and the built-in example rules, as `go run ./cmd/allocator` does.
+func startAllocator(t *testing.T) string {
+	t.Helper()
+	a, err := allocator.New(allocator.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve() }()
+	t.Cleanup(func() { a.Stop(); <-served })
+	return a.Addr()
+}
+
+func TestHelloIsLimited(t *testing.T) {
+	o, err := parse(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(client.Config{Allocators: []string{startAllocator(t)}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := newHandler(c, o, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	get := func(path, key string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if key != "" {
+			req.Header.Set("X-API-Key", key)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	// api-per-key: 1,000 a minute in bursts of 200. Some of the burst must
+	// pass, and far fewer than 400 requests must reach a refusal.
+	passed := 0
+	for range 400 {
+		resp := get("/hello", "demo")
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"api-per-key";q=1000;w=60` {
+			t.Fatalf("RateLimit-Policy %q", got)
+		}
+		if resp.StatusCode == http.StatusOK {
+			passed++
+			continue
+		}
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
+			resp.Header.Get("RateLimit") != `"api-per-key";r=0;t=`+resp.Header.Get("Retry-After") {
+			t.Fatalf("refusal: %d %v", resp.StatusCode, resp.Header)
+		}
+		if passed == 0 {
+			t.Fatal("the first request was refused")
+		}
+		if resp := get("/hello", "someone-else"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("another key: %d", resp.StatusCode)
+		}
+		if resp := get("/healthz", "demo"); resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit") != "" {
+			t.Fatalf("/healthz was limited: %d %v", resp.StatusCode, resp.Header)
+		}
+		return
+	}
+	t.Fatalf("400 requests passed a burst of 200")
+}
+
+func TestParse(t *testing.T) {
+	vars := map[string]string{"ALLOT_ALLOCATORS": "a:7070, b:7070,", "SERVICE_LISTEN": "0.0.0.0:8080"}
+	getenv := func(k string) string { return vars[k] }
+	o, err := parse([]string{"--window", "1h"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &options{listen: "0.0.0.0:8080", allocators: []string{"a:7070", "b:7070"}, rule: "api-per-key",
+		window: time.Hour, keyHeader: "X-API-Key"}
+	if !reflect.DeepEqual(o, want) {
+		t.Fatalf("parse = %+v, want %+v", o, want)
+	}
+	if o, _ := parse([]string{"--allocators", "c:1"}, getenv, io.Discard); o == nil || len(o.allocators) != 1 || o.allocators[0] != "c:1" {
+		t.Fatalf("a flag did not win over its variable: %+v", o)
+	}
+	for _, bad := range [][]string{{"--allocators", " , "}, {"extra"}, {"--window", "soon"}} {
+		if _, err := parse(bad, getenv, io.Discard); err == nil {
+			t.Errorf("parse(%q) succeeded", bad)
+		}
+	}
+	vars["SERVICE_TRUST_PROXY"] = "maybe"
+	if _, err := parse(nil, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), "SERVICE_TRUST_PROXY") {
+		t.Errorf("a bad variable: %v", err)
+	}
+}
+
+// run serves until its context ends, then shuts down cleanly.
+func TestRunServesAndStops(t *testing.T) {
+	addr := startAllocator(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--allocators", addr}, func(string) string { return "" }, w)
+		w.Close()
+	}()
+	listening := make(chan string, 1)
+	go func() { // read the log: the "serving" line has the address
+		sc := bufio.NewScanner(logs)
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), "msg=serving addr="); ok {
+				listening <- strings.Fields(rest)[0]
+			}
+		}
+	}()
+	var base string
+	select {
+	case base = <-listening:
+	case err := <-done:
+		t.Fatalf("run returned before serving: %v", err)
+	}
+	resp, err := http.Get("http://" + base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %d", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+}
