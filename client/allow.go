@@ -156,18 +156,26 @@ func (c *Client) withoutLease(rs *ruleState, p *lease.Pool, key string, n int64)
 	now := c.cfg.clock.Now()
 	down := c.mgr.Down()
 	if c.closed.Load() || (p.Served() && !down) {
-		p.Missed(n, false)
+		p.Refused(n)
 		rs.counts.decide(false, ModeLease)
 		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n, now), Mode: ModeLease}, spend{}
 	}
 	if down && r.Failure == rules.FailClosed {
-		p.Missed(n, false)
+		p.Refused(n)
 		rs.counts.decide(false, ModeFallback)
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback}, spend{}
 	}
 	share := rs.shares.Get(r, key, now)
-	bd := share.AllowN(r, c.nodesFor(p.Holders()), now, n)
-	p.Missed(n, bd.Allowed)
+	nodes := c.nodesFor(p.Holders())
+	if left, ok := p.LeftCentrally(); ok {
+		share.Cap(r, nodes, now, left/int64(nodes))
+	}
+	bd := share.AllowN(r, nodes, now, n)
+	if bd.Allowed {
+		p.Consumed(n, now)
+	} else {
+		p.Refused(n)
+	}
 	rs.counts.decide(bd.Allowed, ModeFallback)
 	d := Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,
 		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback}

@@ -319,6 +319,11 @@ func TestFleetSurvivesAllocatorRestart(t *testing.T) {
 	if n := l.fallback[7].Load() + l.fallback[8].Load(); n != 0 {
 		t.Fatalf("%d fallback decisions more than a second after the restart", n)
 	}
+	// What the nodes admitted in fallback is debited, but only the debt the
+	// bucket would not have repaid by refilling since: no stall afterwards.
+	if after := l.second(6) + l.second(7) + l.second(8); float64(after) < 0.85*3*r.Rate() {
+		t.Fatalf("admitted %d in the 3s after the restart, under 85%% of %.0f: the key stalled paying for the outage", after, 3*r.Rate())
+	}
 	// Before the outage the leases kept the fleet near the limit too.
 	if before := l.second(1) + l.second(2); float64(before) < 0.9*2*r.Rate() {
 		t.Fatalf("admitted %d in seconds 1-2 on leases, want at least 90%% of %.0f", before, 2*r.Rate())

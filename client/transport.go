@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/internal/lease"
@@ -19,6 +20,9 @@ func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lea
 	req := &allotv1.AcquireRequest{NodeId: t.c.cfg.NodeID, Requests: make([]*allotv1.LeaseRequest, len(reqs))}
 	for i, r := range reqs {
 		req.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed}
+		if r.ConsumedAge > 0 {
+			req.Requests[i].ConsumedAge = durationpb.New(r.ConsumedAge)
+		}
 	}
 	done := t.c.metrics.rpc("Acquire")
 	resp, err := t.c.api.Acquire(ctx, req)
@@ -28,7 +32,7 @@ func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lea
 	}
 	grants := make([]lease.Grant, len(resp.GetLeases()))
 	for i, l := range resp.GetLeases() {
-		grants[i] = lease.Grant{Granted: l.GetGranted(), TTL: l.GetTtl().AsDuration(),
+		grants[i] = lease.Grant{Granted: l.GetGranted(), Remaining: l.GetRemaining(), TTL: l.GetTtl().AsDuration(),
 			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch()}
 	}
 	return grants, resp.GetRulesVersion(), nil

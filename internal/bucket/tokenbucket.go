@@ -140,6 +140,18 @@ func (b *TokenBucket) Drain() int64 {
 	return n
 }
 
+// Cap keeps at most n whole tokens as of now, refill up to now counted
+// first: a bucket that takes over from another source of tokens starts from
+// what that source had left, not from what this one saved up meanwhile.
+func (b *TokenBucket) Cap(now time.Time, n int64) {
+	b.mu.Lock()
+	b.advanceLocked(now.UnixNano())
+	if n = max(n, 0); b.tokens > n {
+		b.tokens = n
+	}
+	b.mu.Unlock()
+}
+
 // advanceLocked credits the time from the latest instant seen to t. An
 // earlier t credits nothing and leaves last alone: crediting on the way
 // back and again on the way forward would mint the same interval twice.

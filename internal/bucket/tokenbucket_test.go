@@ -215,3 +215,24 @@ func TestConstructorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenBucketCap(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	b, err := bucket.NewTokenBucketPer(10, 10, time.Second, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		b.Allow(t0)
+	}
+	// Half a second of refill (5 tokens) is counted before the cap of 3.
+	b.Cap(t0.Add(500*time.Millisecond), 3)
+	if d, _ := b.AllowN(t0.Add(500*time.Millisecond), 3); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after Cap(3): %+v, want exactly 3 tokens", d)
+	}
+	// A cap above what the bucket holds changes nothing.
+	b.Cap(t0.Add(700*time.Millisecond), 100)
+	if d, _ := b.AllowN(t0.Add(700*time.Millisecond), 2); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after a loose cap: %+v, want the 2 refilled tokens", d)
+	}
+}

@@ -55,6 +55,17 @@ func TestShareIsLimitOverN(t *testing.T) {
 	}
 }
 
+// A key falling back after leases starts from what the fleet had left.
+func TestShareCap(t *testing.T) {
+	r := rule(t, 100, 100, time.Second)
+	t0 := time.Unix(1_800_000_000, 0)
+	var s Share
+	s.Cap(r, 4, t0, 2)
+	if got := admitted(&s, r, 4, t0); got != 2 {
+		t.Fatalf("admitted %d after Cap(2), want 2", got)
+	}
+}
+
 func TestShareRoundingToZeroDenies(t *testing.T) {
 	r := rule(t, 5, 5, 15*time.Minute)
 	var s Share

@@ -37,6 +37,19 @@ func (s *Share) AllowN(r *rules.Rule, nodes int, now time.Time, n int64) bucket.
 	return d
 }
 
+// Cap keeps at most n tokens in the share: a key that falls back after
+// leases starts from what the fleet had left, not from a full share.
+func (s *Share) Cap(r *rules.Rule, nodes int, now time.Time, n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rule != r || s.nodes != nodes {
+		s.resize(r, nodes, now)
+	}
+	if s.tb != nil {
+		s.tb.Cap(now, n)
+	}
+}
+
 // Refund gives back n tokens that AllowN took for a request that did not
 // go ahead after all.
 func (s *Share) Refund(n int64) {

@@ -34,7 +34,8 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 	sreqs := make([]store.AcquireRequest, len(reqs))
 	for i, r := range reqs {
 		rule, _ := tr.set.Get(r.Rule)
-		sreqs[i] = store.AcquireRequest{Rule: rule, Key: r.Key, Node: tr.node, Want: min(r.Want, rule.Lease.Max), Consumed: r.Consumed}
+		sreqs[i] = store.AcquireRequest{Rule: rule, Key: r.Key, Node: tr.node, Want: min(r.Want, rule.Lease.Max),
+			Consumed: r.Consumed, ConsumedAge: r.ConsumedAge}
 	}
 	ls, err := tr.s.Acquire(ctx, sreqs)
 	if err != nil {
@@ -45,7 +46,7 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 	tr.mu.Unlock()
 	out := make([]Grant, len(ls))
 	for i, l := range ls {
-		out[i] = Grant{Granted: l.Granted, TTL: l.TTL, RetryAfter: l.RetryAfter, Holders: l.Holders, Epoch: l.Epoch}
+		out[i] = Grant{Granted: l.Granted, Remaining: l.Remaining, TTL: l.TTL, RetryAfter: l.RetryAfter, Holders: l.Holders, Epoch: l.Epoch}
 	}
 	return out, tr.set.Version(), nil
 }
@@ -256,7 +257,7 @@ func TestIdleKeyReturnsTokens(t *testing.T) {
 func TestConsumedIsReported(t *testing.T) {
 	f := newFixture(t)
 	p := f.table("day").Pool("k")
-	p.Missed(40, true) // admitted from the fallback share before the first lease
+	p.Consumed(40, f.clk.Now()) // admitted from the fallback share before the first lease
 	f.step(2*time.Millisecond, time.Millisecond)
 	r, _ := f.set.Get("day")
 	d, err := f.st.Check(context.Background(), r, "k", 1)
@@ -273,7 +274,7 @@ func TestOutageAndRecovery(t *testing.T) {
 	f := newFixture(t)
 	f.tr.down.Store(true)
 	p := f.table("day").Pool("k")
-	p.Missed(5, true)
+	p.Consumed(5, f.clk.Now())
 	f.step(5*time.Millisecond, time.Millisecond)
 	if !f.m.Down() {
 		t.Fatal("manager did not notice the outage")
@@ -305,7 +306,7 @@ func TestSizeFollowsRate(t *testing.T) {
 	// (rate x 100ms refresh), capped by what the allocator grants.
 	for range 400 {
 		if _, ok := p.Take(10); !ok {
-			p.Missed(10, false)
+			p.Refused(10)
 		}
 		f.clk.Advance(5 * time.Millisecond)
 		f.settle()
@@ -323,7 +324,7 @@ func TestCloseReturnsEverything(t *testing.T) {
 	f.step(2*time.Millisecond, time.Millisecond)
 	p.Take(1)
 	q := f.table("r").Pool("q")
-	q.Missed(3, true)
+	q.Consumed(3, f.clk.Now())
 	if err := f.m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

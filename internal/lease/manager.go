@@ -18,11 +18,13 @@ import (
 type Request struct {
 	Rule, Key      string
 	Want, Consumed int64
+	ConsumedAge    time.Duration // since the first consumed token was admitted
 }
 
 // Grant is the allocator's answer to one Request.
 type Grant struct {
 	Granted    int64
+	Remaining  int64 // left centrally after the grant
 	TTL        time.Duration
 	RetryAfter time.Duration
 	Holders    int
@@ -285,9 +287,10 @@ func (m *Manager) flush(now time.Time) {
 func (m *Manager) send(pools []*Pool, now time.Time) {
 	reqs := make([]Request, len(pools))
 	for i, p := range pools {
-		f := &flight{want: p.own.size, consumed: p.consumed.Swap(0), sent: now}
+		f := &flight{want: p.own.size, sent: now}
+		f.consumed, f.age = p.takeConsumed(now)
 		p.own.inFlight = f
-		reqs[i] = Request{Rule: p.table.name, Key: p.key, Want: f.want, Consumed: f.consumed}
+		reqs[i] = Request{Rule: p.table.name, Key: p.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age}
 	}
 	m.rpcs.Add(1)
 	m.calls.Add(1)
@@ -342,7 +345,8 @@ func (m *Manager) apply(r result) {
 func (m *Manager) failed(r result, now time.Time) {
 	rejected := errors.Is(r.err, ErrRejected)
 	for _, p := range r.pools {
-		p.consumed.Add(p.own.inFlight.consumed)
+		f := p.own.inFlight
+		p.restoreConsumed(f.consumed, f.age, f.sent)
 		p.own.inFlight = nil
 		if rejected {
 			p.notBefore.Store(now.Add(time.Second).UnixNano())
@@ -376,6 +380,8 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	p.own.inFlight = nil
 	r := p.table.Rule()
 	p.holders.Store(int32(min(g.Holders, math.MaxInt32)))
+	p.remaining.Store(g.Remaining)
+	p.fresh.Store(true)
 	// The TTL runs from when the request was sent, on this node's monotonic
 	// clock, and ends a sweep early: the sweep is when tokens are removed.
 	ttl := g.TTL - m.cfg.Sweep
@@ -401,9 +407,11 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 // sooner would only take other holders' shares. But the wait stays under
 // half the time the central bucket takes to fill, or tokens would spill
 // over its capacity between calls and be lost.
+// A 10% jitter keeps nodes that starved together from asking together.
 func retryDelay(r *rules.Rule, retryAfter time.Duration) time.Duration {
 	fill := time.Duration(float64(r.Capacity()) / r.Rate() * float64(time.Second))
-	return max(min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL, fill/2), time.Millisecond)
+	d := max(min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL, fill/2), time.Millisecond)
+	return time.Duration(float64(d) * (0.9 + 0.2*rand.Float64()))
 }
 
 // deposit adds tokens that die at expiry. What older leases left keeps its

@@ -30,10 +30,16 @@ type Pool struct {
 	// missed counts tokens asked for but not taken from the lease: refusals
 	// and fallback admissions, for the rate estimate.
 	missed atomic.Int64
-	// consumed counts tokens admitted outside a lease, not yet reported.
-	consumed  atomic.Int64
-	holders   atomic.Int32 // the allocator's last count of this key's holders
-	notBefore atomic.Int64 // unix ns before which no refill is sent
+	// consumed counts tokens admitted outside a lease, not yet reported;
+	// consumedSince is when the first of them was admitted (unix ns).
+	consumed      atomic.Int64
+	consumedSince atomic.Int64
+	holders       atomic.Int32 // the allocator's last count of this key's holders
+	notBefore     atomic.Int64 // unix ns before which no refill is sent
+	// remaining is what the allocator had left for the key after its last
+	// grant; fresh says no fallback decision has been made since then.
+	remaining atomic.Int64
+	fresh     atomic.Bool
 
 	table *Table
 	key   string
@@ -63,6 +69,7 @@ type managerState struct {
 // flight is one key's part of an Acquire in flight.
 type flight struct {
 	want, consumed int64
+	age            time.Duration
 	sent           time.Time
 }
 
@@ -113,22 +120,65 @@ func (p *Pool) Served() bool { return p.served.Load() }
 // Holders is the allocator's last count of this key's holders, 0 if unknown.
 func (p *Pool) Holders() int { return int(p.holders.Load()) }
 
+// LeftCentrally returns, once after each grant, what the allocator had
+// left for the key, so that a fallback that follows can start from the
+// fleet's true state (usually an empty bucket under load, not a full share).
+func (p *Pool) LeftCentrally() (int64, bool) {
+	if !p.fresh.CompareAndSwap(true, false) {
+		return 0, false
+	}
+	return p.remaining.Load(), true
+}
+
 // NotBefore is when the next refill may be sent.
 func (p *Pool) NotBefore() time.Time { return time.Unix(0, p.notBefore.Load()) }
 
-// Missed records demand that the lease did not serve: a refusal, or an
-// admission from the fallback share (consumed says which).
-func (p *Pool) Missed(n int64, consumed bool) {
+// Refused records demand the pool could not serve, for the rate estimate,
+// and asks for a refill.
+func (p *Pool) Refused(n int64) {
 	p.missed.Add(n)
-	if consumed {
-		p.consumed.Add(n)
-	}
 	p.WantRefill()
 }
 
-// Unconsume takes back a fallback admission recorded by Missed whose
+// Consumed records n tokens admitted at now outside a lease (from the
+// fallback share): the next Acquire reports them, with their age, to be
+// debited centrally.
+func (p *Pool) Consumed(n int64, now time.Time) {
+	p.missed.Add(n)
+	p.consumed.Add(n)
+	p.consumedSince.CompareAndSwap(0, now.UnixNano())
+	p.WantRefill()
+}
+
+// Unconsume takes back a fallback admission recorded by Consumed whose
 // request did not go ahead after all.
 func (p *Pool) Unconsume(n int64) { p.consumed.Add(-n) }
+
+// takeConsumed hands the unreported consumption to a report: the tokens
+// and how long ago the first was admitted.
+func (p *Pool) takeConsumed(now time.Time) (int64, time.Duration) {
+	n := p.consumed.Swap(0)
+	since := p.consumedSince.Swap(0)
+	if n <= 0 || since == 0 {
+		return max(n, 0), 0
+	}
+	return n, max(now.Sub(time.Unix(0, since)), 0)
+}
+
+// restoreConsumed puts back a report that did not reach the allocator.
+func (p *Pool) restoreConsumed(n int64, age time.Duration, sent time.Time) {
+	if n <= 0 {
+		return
+	}
+	p.consumed.Add(n)
+	since := sent.Add(-age).UnixNano()
+	for {
+		cur := p.consumedSince.Load()
+		if (cur != 0 && cur <= since) || p.consumedSince.CompareAndSwap(cur, since) {
+			return
+		}
+	}
+}
 
 // WantRefill asks the manager for a lease unless one is already on its way.
 // It never blocks: when the manager's queue is full the sweep finds the key.

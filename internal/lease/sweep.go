@@ -137,8 +137,8 @@ func (m *Manager) returnAll(ctx context.Context) error {
 	var rets []Return
 	for _, t := range m.tableList() {
 		t.each(func(p *Pool) {
-			if c := p.consumed.Swap(0); c > 0 && !t.gone.Load() {
-				reports = append(reports, Request{Rule: t.name, Key: p.key, Consumed: c})
+			if c, age := p.takeConsumed(m.clk.Now()); c > 0 && !t.gone.Load() {
+				reports = append(reports, Request{Rule: t.name, Key: p.key, Consumed: c, ConsumedAge: age})
 			}
 			left := p.tokens.Swap(evicted)
 			t.keys.remove(p.key, p)

@@ -129,6 +129,10 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		if err := s.limits.checkTokens(field+".consumed", lr.GetConsumed()); err != nil {
 			return nil, err
 		}
+		age := lr.GetConsumedAge().AsDuration()
+		if age < 0 {
+			return nil, invalid(field+".consumed_age", "must not be negative, got %v", age)
+		}
 		k := ruleKey{r.Name, lr.GetKey()}
 		if j, dup := seen[k]; dup {
 			return nil, invalid(field, "repeats the rule and key of requests[%d]", j)
@@ -137,12 +141,18 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		// A node sizing its lease from an older rule set may ask for more
 		// than the rule now allows; that is not an error, just a cap.
 		want := min(lr.GetWant(), r.Lease.Max)
-		out[i] = store.AcquireRequest{Rule: r, Key: lr.GetKey(), Node: req.GetNodeId(), Want: want, Consumed: lr.GetConsumed()}
+		out[i] = store.AcquireRequest{Rule: r, Key: lr.GetKey(), Node: req.GetNodeId(), Want: want,
+			Consumed: lr.GetConsumed(), ConsumedAge: min(age, maxConsumedAge)}
 	}
 	return out, nil
 }
 
 type ruleKey struct{ rule, key string }
+
+// maxConsumedAge bounds the age a node may claim: older than this, every
+// debt is forgiven anyway, and the cap keeps the arithmetic far from
+// overflow.
+const maxConsumedAge = 24 * time.Hour
 
 func (s *Server) leasableRule(set *rules.Set, field, name string) (*rules.Rule, error) {
 	r, err := lookup(set, field, name)

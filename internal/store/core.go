@@ -140,8 +140,12 @@ func fairGrant(avail, want int64, others []int64) int64 {
 	return g
 }
 
-// acquire grants one lease. consumed is debited first; a token bucket may go
-// into debt of at most one capacity, a window's count at most 2x its limit.
+// acquire grants one lease. consumed is debited first. A token bucket may go
+// into debt of at most one capacity, less what it would have refilled since
+// the consumption began (ConsumedAge): tokens admitted in fallback a second
+// ago have been paid back by a second of refill, and charging them again in
+// full would stall the key after every outage. A window's count may reach
+// 2x its limit, or only the limit for consumption older than the window.
 func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
 	ttl := r.Lease.TTL.Microseconds()
 	switch r.Algorithm {
@@ -155,7 +159,9 @@ func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
 func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	capacity, rate := float64(r.Burst), ratePerUS(r)
 	st.refill(r, now)
-	st.tokens = math.Max(st.tokens-float64(req.Consumed), -capacity)
+	repaid := float64(req.ConsumedAge.Microseconds()) * rate
+	floor := math.Min(st.tokens, -math.Max(capacity-repaid, 0))
+	st.tokens = math.Max(st.tokens-float64(req.Consumed), floor)
 	others, holders := st.hold(req.Node, req.Want, now, ttl)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
@@ -174,7 +180,11 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	limit, p := float64(r.Limit), periodUS(r)
 	epoch, start := st.roll(r, now)
-	st.tokens = math.Min(st.tokens+float64(req.Consumed), 2*limit)
+	ceiling := 2 * limit
+	if req.ConsumedAge.Microseconds() >= p {
+		ceiling = math.Max(st.tokens, limit)
+	}
+	st.tokens = math.Min(st.tokens+float64(req.Consumed), ceiling)
 	others, holders := st.hold(req.Node, req.Want, now, ttl)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {

@@ -257,7 +257,7 @@ func ruleArgs(op string, r *rules.Rule, extra ...any) []any {
 }
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
-	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), ruleArgs("a", req.Rule, req.Node, req.Want, req.Consumed)}
+	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), ruleArgs("a", req.Rule, req.Node, req.Want, req.Consumed, req.ConsumedAge.Microseconds())}
 }
 
 func (s *Redis) releaseCall(ret *Return) scriptCall {

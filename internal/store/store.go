@@ -31,6 +31,8 @@ type AcquireRequest struct {
 	Node     string
 	Want     int64 // tokens wanted, >= 0
 	Consumed int64 // tokens admitted outside a lease, to debit first, >= 0
+	// ConsumedAge is how long ago the first consumed token was admitted.
+	ConsumedAge time.Duration
 }
 
 // Lease is what the store lent.

@@ -196,7 +196,11 @@ type LeaseRequest struct {
 	Want int64 `protobuf:"varint,3,opt,name=want,proto3" json:"want,omitempty"`
 	// Tokens the node admitted outside any lease since its last report
 	// (before its first lease, in fallback). The allocator debits them.
-	Consumed      int64 `protobuf:"varint,4,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	Consumed int64 `protobuf:"varint,4,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	// How long ago the first of the consumed tokens was admitted. A debt the
+	// bucket would have repaid by refilling since then is forgiven, so that a
+	// long outage does not stall the key once the allocator is back.
+	ConsumedAge   *durationpb.Duration `protobuf:"bytes,5,opt,name=consumed_age,json=consumedAge,proto3" json:"consumed_age,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,6 +261,13 @@ func (x *LeaseRequest) GetConsumed() int64 {
 		return x.Consumed
 	}
 	return 0
+}
+
+func (x *LeaseRequest) GetConsumedAge() *durationpb.Duration {
+	if x != nil {
+		return x.ConsumedAge
+	}
+	return nil
 }
 
 type AcquireResponse struct {
@@ -1004,12 +1015,13 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"d\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xa2\x01\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04want\x18\x03 \x01(\x03R\x04want\x12\x1a\n" +
-	"\bconsumed\x18\x04 \x01(\x03R\bconsumed\"_\n" +
+	"\bconsumed\x18\x04 \x01(\x03R\bconsumed\x12<\n" +
+	"\fconsumed_age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vconsumedAge\"_\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +
 	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\"\x94\x02\n" +
@@ -1113,32 +1125,33 @@ var file_allot_v1_allocator_proto_goTypes = []any{
 }
 var file_allot_v1_allocator_proto_depIdxs = []int32{
 	3,  // 0: allot.v1.AcquireRequest.requests:type_name -> allot.v1.LeaseRequest
-	5,  // 1: allot.v1.AcquireResponse.leases:type_name -> allot.v1.Lease
-	15, // 2: allot.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	15, // 3: allot.v1.Lease.retry_after:type_name -> google.protobuf.Duration
-	7,  // 4: allot.v1.ReleaseRequest.returns:type_name -> allot.v1.Return
-	15, // 5: allot.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	15, // 6: allot.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	13, // 7: allot.v1.GetRulesResponse.rules:type_name -> allot.v1.Rule
-	0,  // 8: allot.v1.Rule.algorithm:type_name -> allot.v1.Algorithm
-	15, // 9: allot.v1.Rule.period:type_name -> google.protobuf.Duration
-	1,  // 10: allot.v1.Rule.failure:type_name -> allot.v1.Failure
-	14, // 11: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
-	15, // 12: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
-	15, // 13: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
-	2,  // 14: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
-	6,  // 15: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
-	9,  // 16: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
-	11, // 17: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
-	4,  // 18: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
-	8,  // 19: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
-	10, // 20: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
-	12, // 21: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	15, // 1: allot.v1.LeaseRequest.consumed_age:type_name -> google.protobuf.Duration
+	5,  // 2: allot.v1.AcquireResponse.leases:type_name -> allot.v1.Lease
+	15, // 3: allot.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	15, // 4: allot.v1.Lease.retry_after:type_name -> google.protobuf.Duration
+	7,  // 5: allot.v1.ReleaseRequest.returns:type_name -> allot.v1.Return
+	15, // 6: allot.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	15, // 7: allot.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	13, // 8: allot.v1.GetRulesResponse.rules:type_name -> allot.v1.Rule
+	0,  // 9: allot.v1.Rule.algorithm:type_name -> allot.v1.Algorithm
+	15, // 10: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	1,  // 11: allot.v1.Rule.failure:type_name -> allot.v1.Failure
+	14, // 12: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
+	15, // 13: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
+	15, // 14: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
+	2,  // 15: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
+	6,  // 16: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
+	9,  // 17: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
+	11, // 18: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
+	4,  // 19: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
+	8,  // 20: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
+	10, // 21: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
+	12, // 22: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
+	19, // [19:23] is the sub-list for method output_type
+	15, // [15:19] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_allot_v1_allocator_proto_init() }

@@ -10,7 +10,9 @@
 --
 -- KEYS[1] is the one key a call touches (one hash slot on Redis Cluster).
 -- ARGV: op ('a' acquire, 'r' release, 'c' check), limit, period (µs),
--- burst, lease ttl (µs), then the operation's own arguments.
+-- burst, lease ttl (µs), then the operation's own arguments: for an
+-- acquire node, want, consumed and the consumption's age (µs); for a
+-- release node, tokens and epoch; for a check the cost.
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -154,7 +156,7 @@ end
 local function dispatch(acquire, release, check)
   local now = now_us()
   if op == 'a' and acquire then
-    return acquire(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))
+    return acquire(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]))
   elseif op == 'r' and release then
     return release(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))
   elseif op == 'c' then

@@ -20,10 +20,14 @@ local function save_window(st, now)
   save(st, now, { 't', fmt(st.t), 's', fmt(st.s) })
 end
 
-local function acquire(now, node, want, consumed)
+local function acquire(now, node, want, consumed, age)
   local st = load(now, true) or fresh()
   local epoch, start = roll(st, now)
-  st.t = math.min(st.t + consumed, 2 * limit)
+  local ceiling = 2 * limit
+  if age >= period then
+    ceiling = math.max(st.t, limit)
+  end
+  st.t = math.min(st.t + consumed, ceiling)
   local others, holders = hold(st, node, want, now)
   local used = st.t
   local g = fair_grant(math.floor(math.max(limit - used, 0)), want, others)

@@ -21,10 +21,11 @@ local function save_bucket(st, now)
   save(st, now, { 't', fmt(st.t), 's', fmt(st.s) })
 end
 
-local function acquire(now, node, want, consumed)
+local function acquire(now, node, want, consumed, age)
   local st = load(now, true) or fresh(now)
   refill(st, now)
-  st.t = math.max(st.t - consumed, -capacity)
+  local floor = math.min(st.t, -math.max(capacity - age * rate, 0))
+  st.t = math.max(st.t - consumed, floor)
   local others, holders = hold(st, node, want, now)
   local g = fair_grant(math.floor(math.max(st.t, 0)), want, others)
   st.t = st.t - g

@@ -81,6 +81,7 @@ func Run(t *testing.T, h Harness) {
 		{"BucketGrantsUpToAvailable", testBucketGrants},
 		{"BucketConsumedIsDebited", testBucketConsumed},
 		{"BucketDebtIsBounded", testBucketDebt},
+		{"OldConsumptionLeavesLessDebt", testOldConsumption},
 		{"BucketReleaseCappedAtCapacity", testBucketRelease},
 		{"BucketRefills", testBucketRefills},
 		{"BucketWithTinyRateStillLimits", testBucketTinyRate},
@@ -146,6 +147,45 @@ func testBucketDebt(t *testing.T, h Harness) {
 	}
 	if l := acquire(t, s, r, "k", "n1", 100, 0); l.Granted != 50 {
 		t.Fatalf("granted %d, want 50: debt must be capped at the capacity (100)", l.Granted)
+	}
+}
+
+// Consumption reported late (after an outage) leaves only the debt the
+// bucket would not yet have repaid by refilling since it happened.
+func testOldConsumption(t *testing.T, h Harness) {
+	s := h.New(t)
+	report := func(r *rules.Rule, key string, age time.Duration) {
+		t.Helper()
+		req := []store.AcquireRequest{{Rule: r, Key: key, Node: "n1", Consumed: 1_000_000, ConsumedAge: age}}
+		if _, err := s.Acquire(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	give := func(r *rules.Rule, key string, n, epoch int64) {
+		t.Helper()
+		if err := s.Release(context.Background(), []store.Return{{Rule: r, Key: key, Node: "n1", Tokens: n, Epoch: epoch}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 100 a day: half a day repays 50 of the 100 of debt; a day repays all.
+	r := bucketRule(t, 100)
+	report(r, "half", slow/2)
+	give(r, "half", 150, 0)
+	if l := acquire(t, s, r, "half", "n1", 100, 0); l.Granted != 100 {
+		t.Fatalf("granted %d after consumption half a day old and 150 returned, want 100 (debt 50)", l.Granted)
+	}
+	report(r, "day", slow)
+	give(r, "day", 30, 0)
+	if l := acquire(t, s, r, "day", "n1", 100, 0); l.Granted != 30 {
+		t.Fatalf("granted %d after consumption a day old and 30 returned, want 30 (no debt)", l.Granted)
+	}
+	// A window is not charged beyond its limit for consumption older than it.
+	w := windowRule(t, rules.FixedWindow, 50, slow)
+	l0 := acquire(t, s, w, "old", "n1", 0, 0)
+	report(w, "old", slow+time.Hour)
+	give(w, "old", 10, l0.Epoch)
+	if l := acquire(t, s, w, "old", "n1", 50, 0); l.Epoch == l0.Epoch && l.Granted != 10 {
+		t.Fatalf("granted %d in a window charged with old consumption, want 10", l.Granted)
 	}
 }
 
