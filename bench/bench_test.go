@@ -1,0 +1,77 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/allot-dev/allot/internal/redistest"
+)
+
+// The test binary doubles as the bench's allocator process.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == allocatorFlag {
+		if err := serveAllocator(os.Args[2:]); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A short run of the whole bench, so that it cannot rot: every scenario
+// and strategy runs against a real Redis and a real allocator process, and
+// the report and plots are written. The figures of a short run on a busy
+// machine under the race detector are not the bench's figures; the test
+// checks that the instrument works and tells strategies apart.
+func TestShortRun(t *testing.T) {
+	out := t.TempDir()
+	cfg, err := parseFlags([]string{"--short", "--nodes", "4", "--out", out, "--redis", redistest.URL(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"results.md", "lease-accuracy.png", "lease-redis.png", "failover.png"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s missing or empty: %v", f, err)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
+	for _, want := range []string{"allot adaptive", "Redis Lua per request", "Check RPC per request", "local only (limit/N)", "## Failover", "## The figures"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, w := range rep.rows {
+		if w.res.decided == 0 || w.res.admitted == 0 {
+			t.Errorf("%s / %s decided %d, admitted %d", w.scenario, w.strategy, w.res.decided, w.res.admitted)
+		}
+		if acc := float64(w.res.admitted) / w.ideal; acc > 1.25 {
+			t.Errorf("%s / %s admitted %.2f of the ideal", w.scenario, w.strategy, acc)
+		}
+	}
+	// Under skew, splitting the limit evenly starves the hot node.
+	hy, lo := rep.find("skew", "allot adaptive"), rep.find("skew", "local only (limit/N)")
+	if hy == nil || lo == nil || float64(lo.res.admitted) >= float64(hy.res.admitted) {
+		t.Errorf("skew: local-only admitted as much as the hybrid")
+	}
+	if rep.failover == nil || rep.failover.res.admitted == 0 {
+		t.Error("no failover run")
+	}
+}
+
+func TestFlags(t *testing.T) {
+	bad := [][]string{
+		{"--nodes", "0"}, {"--leases", "1,x"}, {"--failure", "0.7,0.3"}, {"--skew", "1.5"}, {"--duration", "10ms"},
+	}
+	for _, args := range bad {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("parseFlags(%v) accepted", args)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+// Command bench simulates a fleet of nodes limiting one global rate and
+// compares Allot's leases (adaptive and fixed sizes) with per-request
+// central limiting (a Redis Lua call, or a Check RPC, per decision) and
+// with local-only limiting (limit/N per node), in one run on one Redis. It
+// prints progress and writes a Markdown report and PNG plots.
+//
+//	go run ./bench                     # the full run (about four minutes)
+//	go run ./bench --short             # a few seconds: the smoke test make test runs
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type config struct {
+	nodes      int
+	limit      int64
+	burst      int64
+	demand     float64
+	skew       float64
+	leaseSizes []int64
+	keys       int
+	keyLimit   int64
+	duration   time.Duration
+	saturate   time.Duration
+	workers    int
+	redisURL   string
+	out        string
+	scenarios  map[string]bool
+	killAt     float64
+	restoreAt  float64
+}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&c.nodes, "nodes", 8, "simulated nodes")
+	fs.Int64Var(&c.limit, "limit", 20000, "the rule's limit, tokens per second")
+	fs.Int64Var(&c.burst, "burst", 0, "the rule's burst (default: one second of limit)")
+	fs.Float64Var(&c.demand, "demand", 2, "offered load as a multiple of the limit")
+	fs.Float64Var(&c.skew, "skew", 0.9, "share of the traffic on the hot node in the skewed scenario")
+	leases := fs.String("leases", "1,10,100,1000", "fixed lease sizes to compare with adaptive leases")
+	fs.IntVar(&c.keys, "keys", 100000, "keys in the many-keys scenario (Zipf, s=1.1)")
+	fs.Int64Var(&c.keyLimit, "key-limit", 50, "limit per key per second in the many-keys scenario")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of each run")
+	fs.DurationVar(&c.saturate, "saturate", 2*time.Second, "length of each throughput run")
+	fs.IntVar(&c.workers, "workers", 4, "goroutines per node")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: start a redis-server on a free port)")
+	fs.StringVar(&c.out, "out", "bench/results", "report folder")
+	scen := fs.String("scenarios", "uniform,skew,failover,manykeys", "scenarios to run")
+	failure := fs.String("failure", "0.333,0.667", "failover scenario: kill and restore the allocator at these fractions of the run")
+	short := fs.Bool("short", false, "a few seconds in all: small durations, 1,000 keys")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.leaseSizes, err = parseInts(*leases); err != nil {
+		return nil, fmt.Errorf("--leases: %v", err)
+	}
+	if c.killAt, c.restoreAt, err = parsePair(*failure); err != nil {
+		return nil, fmt.Errorf("--failure: %v", err)
+	}
+	c.scenarios = map[string]bool{}
+	for _, s := range strings.Split(*scen, ",") {
+		c.scenarios[strings.TrimSpace(s)] = true
+	}
+	if *short {
+		c.duration, c.saturate, c.keys, c.leaseSizes = 1500*time.Millisecond, 300*time.Millisecond, 1000, []int64{10, 1000}
+		c.limit, c.workers = 2000, 2
+	}
+	if c.burst == 0 {
+		c.burst = c.limit
+	}
+	switch {
+	case c.nodes < 1:
+		return nil, errors.New("--nodes must be at least 1")
+	case c.limit < 1 || c.keyLimit < 1:
+		return nil, errors.New("--limit and --key-limit must be positive")
+	case c.demand <= 0 || c.skew <= 0 || c.skew >= 1:
+		return nil, errors.New("--demand must be positive and --skew between 0 and 1")
+	case c.duration < time.Second:
+		return nil, errors.New("--duration must be at least 1s")
+	}
+	return c, nil
+}
+
+func parseInts(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parsePair(s string) (float64, float64, error) {
+	a, b, ok := strings.Cut(s, ",")
+	x, err1 := strconv.ParseFloat(a, 64)
+	y, err2 := strconv.ParseFloat(b, 64)
+	if !ok || err1 != nil || err2 != nil || !(0 < x && x < y && y < 1) {
+		return 0, 0, fmt.Errorf("want two fractions 0 < kill < restore < 1, got %q", s)
+	}
+	return x, y, nil
+}
+
+func progress(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == allocatorFlag {
+		if err := serveAllocator(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench allocator:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	rep, err := run(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Println(rep.summary())
+}

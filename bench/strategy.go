@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/internal/bucket"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// strategy is one way for a fleet to limit: it decides one request of one
+// node on one key, and says whether a fallback made the decision.
+type strategy interface {
+	decide(ctx context.Context, node int, key string) (allowed, fallback bool)
+	close()
+}
+
+// hybrid is Allot: every node embeds a Client leasing from the allocators.
+type hybrid struct {
+	rule    string
+	clients []*client.Client
+}
+
+func newHybrid(rule string, nodes int, allocators []string) (*hybrid, error) {
+	h := &hybrid{rule: rule}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := range nodes {
+		c, err := client.New(client.Config{Allocators: allocators, NodeID: fmt.Sprintf("node-%d", i),
+			Nodes: nodes, Logger: quiet, StartTimeout: 5 * time.Second})
+		if err != nil {
+			h.close()
+			return nil, err
+		}
+		h.clients = append(h.clients, c)
+	}
+	return h, nil
+}
+
+func (h *hybrid) decide(ctx context.Context, node int, key string) (bool, bool) {
+	d, err := h.clients[node].AllowN(ctx, h.rule, key, 1)
+	return err == nil && d.Allowed, d.Mode == client.ModeFallback
+}
+
+func (h *hybrid) close() {
+	var wg sync.WaitGroup
+	for _, c := range h.clients {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Close() }()
+	}
+	wg.Wait()
+}
+
+// checkRPC decides every request with one Check call to the allocator.
+type checkRPC struct {
+	rule  string
+	conns []*grpc.ClientConn
+	apis  []allotv1.AllocatorClient
+}
+
+func newCheckRPC(rule string, nodes int, addr string) (*checkRPC, error) {
+	s := &checkRPC{rule: rule}
+	for range nodes {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.conns = append(s.conns, conn)
+		s.apis = append(s.apis, allotv1.NewAllocatorClient(conn))
+	}
+	return s, nil
+}
+
+func (s *checkRPC) decide(ctx context.Context, node int, key string) (bool, bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := s.apis[node].Check(ctx, &allotv1.CheckRequest{Rule: s.rule, Key: key, Cost: 1})
+	return err == nil && resp.GetAllowed(), false
+}
+
+func (s *checkRPC) close() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// classicScript is the per-request central limiter of the classic
+// guidance: one token-bucket Lua call per decision, time from Redis TIME,
+// a TTL on the key.
+//
+//go:embed classic.lua
+var classicScript string
+
+type perRequestRedis struct {
+	rdbs   []*redis.Client
+	script *redis.Script
+	prefix string
+	args   []any
+}
+
+func newPerRequestRedis(r *rules.Rule, nodes int, url, prefix string) (*perRequestRedis, error) {
+	s := &perRequestRedis{script: redis.NewScript(classicScript), prefix: prefix,
+		args: []any{r.Rate() / 1e6, r.Burst, 1}}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	for range nodes {
+		s.rdbs = append(s.rdbs, redis.NewClient(opts))
+	}
+	return s, nil
+}
+
+func (s *perRequestRedis) decide(ctx context.Context, node int, key string) (bool, bool) {
+	n, err := s.script.Run(ctx, s.rdbs[node], []string{s.prefix + key}, s.args...).Int()
+	return err == nil && n == 1, false
+}
+
+func (s *perRequestRedis) close() {
+	for _, r := range s.rdbs {
+		r.Close()
+	}
+}
+
+// localOnly gives every node limit/N with burst/N and no coordination.
+type localOnly struct {
+	rule  *rules.Rule
+	nodes int
+	mu    []sync.Mutex
+	tbs   []map[string]*bucket.TokenBucket
+}
+
+func newLocalOnly(r *rules.Rule, nodes int) *localOnly {
+	l := &localOnly{rule: r, nodes: nodes, mu: make([]sync.Mutex, nodes), tbs: make([]map[string]*bucket.TokenBucket, nodes)}
+	for i := range l.tbs {
+		l.tbs[i] = make(map[string]*bucket.TokenBucket)
+	}
+	return l
+}
+
+func (l *localOnly) decide(_ context.Context, node int, key string) (bool, bool) {
+	now := time.Now()
+	l.mu[node].Lock()
+	tb, ok := l.tbs[node][key]
+	if !ok {
+		var err error
+		tb, err = bucket.NewTokenBucketPer(max(l.rule.Burst/int64(l.nodes), 1), l.rule.Limit, l.rule.Period*time.Duration(l.nodes), now)
+		if err != nil {
+			l.mu[node].Unlock()
+			return false, false
+		}
+		l.tbs[node][key] = tb
+	}
+	l.mu[node].Unlock()
+	return tb.Allow(now), false
+}
+
+func (l *localOnly) close() {}
