@@ -55,6 +55,9 @@ type Decision struct {
 	ResetAfter time.Duration
 	// Mode is the part of Allot that decided.
 	Mode Mode
+	// Rule names the rule the decision is about: for AllowAll, the rule
+	// that refused, or the one with the least remaining.
+	Rule string
 }
 
 // Allow reports whether one request for key under rule may proceed. An
@@ -138,7 +141,7 @@ func (c *Client) take(rs *ruleState, key string, n int64) (Decision, spend) {
 		p := rs.table.Pool(key)
 		left, ok := p.Take(n)
 		if ok {
-			return Decision{Allowed: true, Limit: rs.rule.Limit, Remaining: left, Mode: ModeLease}, spend{pool: p, n: n}
+			return Decision{Allowed: true, Limit: rs.rule.Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name}, spend{pool: p, n: n}
 		}
 		if left >= 0 {
 			return c.withoutLease(rs, p, key, n)
@@ -158,12 +161,12 @@ func (c *Client) withoutLease(rs *ruleState, p *lease.Pool, key string, n int64)
 	if c.closed.Load() || (p.Served() && !down) {
 		p.Refused(n)
 		rs.counts.decide(false, ModeLease)
-		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n, now), Mode: ModeLease}, spend{}
+		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n, now), Mode: ModeLease, Rule: r.Name}, spend{}
 	}
 	if down && r.Failure == rules.FailClosed {
 		p.Refused(n)
 		rs.counts.decide(false, ModeFallback)
-		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback}, spend{}
+		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, spend{}
 	}
 	share := rs.shares.Get(r, key, now)
 	nodes := c.nodesFor(p.Holders())
@@ -178,7 +181,7 @@ func (c *Client) withoutLease(rs *ruleState, p *lease.Pool, key string, n int64)
 	}
 	rs.counts.decide(bd.Allowed, ModeFallback)
 	d := Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,
-		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback}
+		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback, Rule: r.Name}
 	if !bd.Allowed {
 		return d, spend{}
 	}
@@ -204,7 +207,7 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 	if err == nil {
 		rs.counts.decide(resp.GetAllowed(), ModeStrict)
 		return Decision{Allowed: resp.GetAllowed(), Limit: resp.GetLimit(), Remaining: resp.GetRemaining(),
-			RetryAfter: resp.GetRetryAfter().AsDuration(), ResetAfter: resp.GetResetAfter().AsDuration(), Mode: ModeStrict}, nil
+			RetryAfter: resp.GetRetryAfter().AsDuration(), ResetAfter: resp.GetResetAfter().AsDuration(), Mode: ModeStrict, Rule: r.Name}, nil
 	}
 	switch {
 	case status.Code(err) == codes.NotFound:
@@ -218,11 +221,11 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 	c.logMode("allot: strict rule decided without the allocator", "rule", r.Name, "failure", r.Failure.String(), "err", err)
 	if r.Failure == rules.FailClosed {
 		rs.counts.decide(false, ModeFallback)
-		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback}, nil
+		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, nil
 	}
 	now := c.cfg.clock.Now()
 	bd := rs.shares.Get(r, key, now).AllowN(r, c.fleetSize(), now, n)
 	rs.counts.decide(bd.Allowed, ModeFallback)
 	return Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,
-		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback}, nil
+		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback, Rule: r.Name}, nil
 }

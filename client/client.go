@@ -166,6 +166,19 @@ func (c *Client) GossipAddr() string {
 // NodeID is this node's name.
 func (c *Client) NodeID() string { return c.cfg.NodeID }
 
+// Rule returns the named rule as this node applies it (from the allocator,
+// or from Config.Rules until the allocator's arrive).
+func (c *Client) Rule(name string) (Rule, bool) {
+	rs := c.rules.Load().byName[name]
+	if rs == nil {
+		return Rule{}, false
+	}
+	r := rs.rule
+	return Rule{Name: r.Name, Algorithm: r.Algorithm.String(), Limit: r.Limit, Period: r.Period, Burst: r.Burst,
+		Failure: r.Failure.String(), Strict: r.Strict, LeaseMin: r.Lease.Min, LeaseMax: r.Lease.Max,
+		LeaseTTL: r.Lease.TTL, LeaseRefresh: r.Lease.Refresh}, true
+}
+
 // Nodes is the fleet size this node divides a rule's limit by when it
 // falls back: live gossip nodes, else Config.Nodes. For a key the allocator
 // has served, its count of the key's holders stands in for Config.Nodes.

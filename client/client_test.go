@@ -145,6 +145,15 @@ func TestLeaseStrictAndWindow(t *testing.T) {
 	if err != nil || d.Allowed || d.RetryAfter < 59*time.Minute {
 		t.Fatalf("4th login: %+v %v, want refused for about an hour", d, err)
 	}
+	if d.Rule != "login" {
+		t.Fatalf("decision names rule %q", d.Rule)
+	}
+	if r, ok := c.Rule("slow"); !ok || r.Limit != 100 || r.Period != time.Hour || r.Algorithm != "token_bucket" || r.LeaseMax != 10 {
+		t.Fatalf("Rule(slow) = %+v, %v", r, ok)
+	}
+	if _, ok := c.Rule("nope"); ok {
+		t.Fatal("Rule of an unknown name")
+	}
 	// A fixed window never admits more than its limit, lease or not.
 	admitted := 0
 	for range 50 {
@@ -170,7 +179,7 @@ func TestAllowAllSpendsAllOrNothing(t *testing.T) {
 	}
 	before, _ := c.AllowN(ctx, "fast", "k", 1)
 	d, err := c.AllowAll(ctx, 1, client.RuleKey{Rule: "fast", Key: "k"}, client.RuleKey{Rule: "slow", Key: "k"})
-	if err != nil || d.Allowed {
+	if err != nil || d.Allowed || d.Rule != "slow" {
 		t.Fatalf("AllowAll with slow exhausted: %+v %v", d, err)
 	}
 	after, _ := c.AllowN(ctx, "fast", "k", 1)

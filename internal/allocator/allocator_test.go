@@ -24,7 +24,7 @@ import (
 )
 
 // start runs an allocator on 127.0.0.1 and returns a client of it.
-func start(t *testing.T, cfg allocator.Config) (*allocator.Allocator, *grpc.ClientConn) {
+func start(t testing.TB, cfg allocator.Config) (*allocator.Allocator, *grpc.ClientConn) {
 	t.Helper()
 	a, err := allocator.New(cfg)
 	if err != nil {
@@ -46,7 +46,7 @@ func start(t *testing.T, cfg allocator.Config) (*allocator.Allocator, *grpc.Clie
 	return a, conn
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return c

@@ -23,6 +23,7 @@ type storeTransport struct {
 	batches  []int // keys per Acquire
 	released int64
 	down     atomic.Bool
+	during   func() // runs inside Acquire, while the request is in flight
 }
 
 var errDown = errors.New("allocator unreachable")
@@ -30,6 +31,9 @@ var errDown = errors.New("allocator unreachable")
 func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant, string, error) {
 	if tr.down.Load() {
 		return nil, "", errDown
+	}
+	if tr.during != nil {
+		tr.during()
 	}
 	sreqs := make([]store.AcquireRequest, len(reqs))
 	for i, r := range reqs {
@@ -267,6 +271,28 @@ func TestConsumedIsReported(t *testing.T) {
 	// 100,000 - 40 consumed - 100 leased - 1 checked.
 	if d.Remaining != 99859 {
 		t.Fatalf("central remaining %d, want 99859", d.Remaining)
+	}
+}
+
+// What a new key admits from its fallback share while its first Acquire is
+// in flight is paid from the lease that Acquire brings.
+func TestConsumptionInFlightIsPaidFromTheLease(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("day").Pool("k")
+	p.Consumed(1, f.clk.Now())
+	f.tr.during = func() { p.Consumed(3, f.clk.Now()) }
+	f.step(2*time.Millisecond, time.Millisecond)
+	f.tr.during = nil
+	if got := p.Tokens(); got != 97 {
+		t.Fatalf("tokens %d, want 100 granted less the 3 admitted in flight", got)
+	}
+	f.step(30*time.Millisecond, 10*time.Millisecond)
+	r, _ := f.set.Get("day")
+	d, _ := f.st.Check(context.Background(), r, "k", 1)
+	// Central: 100,000 - 1 reported - 100 granted - 1 checked; the 3 were
+	// paid locally, not reported again.
+	if d.Remaining != 99898 {
+		t.Fatalf("central remaining %d, want 99898", d.Remaining)
 	}
 }
 

@@ -388,7 +388,7 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	p.own.servedUntil = f.sent.Add(g.TTL)
 	p.served.Store(true)
 	if g.Granted > 0 && ttl > 0 {
-		m.deposit(p, g.Granted, f.sent.Add(ttl))
+		m.deposit(p, payInFlight(p, g.Granted), f.sent.Add(ttl))
 		p.own.epoch = g.Epoch
 	}
 	next := now
@@ -407,6 +407,27 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 // sooner would only take other holders' shares. But the wait stays under
 // half the time the central bucket takes to fill, or tokens would spill
 // over its capacity between calls and be lost.
+// payInFlight pays, from a lease just granted, for what the key admitted
+// from its fallback share while the request was in flight: the allocator
+// counted only the consumption the request carried, so the rest must come
+// out of these tokens, or a new key could pass its limit by what it
+// admitted in one round trip. It returns the tokens left to deposit.
+func payInFlight(p *Pool, granted int64) int64 {
+	for {
+		c := p.consumed.Load()
+		use := min(max(c, 0), granted)
+		if use == 0 {
+			return granted
+		}
+		if p.consumed.CompareAndSwap(c, c-use) {
+			if c == use {
+				p.consumedSince.Store(0)
+			}
+			return granted - use
+		}
+	}
+}
+
 // A jitter of ±25% keeps nodes that starved together from asking together:
 // with ±10% or none, the bench saw them lock in phase and admit in waves of
 // one refresh interval.
