@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,8 @@ type Client struct {
 	cfg     Config
 	conn    *grpc.ClientConn
 	api     allotv1.AllocatorClient
+	res     *manual.Resolver
+	addrs   string // the addresses the resolver holds, joined
 	mgr     *lease.Manager
 	gossip  *fallback.Gossip
 	metrics *metrics
@@ -88,7 +92,12 @@ func New(cfg Config) (*Client, error) {
 		}
 		c.applyRules(set)
 	}
-	if len(cfg.Allocators) > 0 {
+	if c.gossip != nil {
+		c.discover()
+		c.done.Add(1)
+		go c.discoverLoop()
+	}
+	if len(cfg.Allocators) > 0 || c.gossip != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StartTimeout)
 		if err := c.fetchRules(ctx); err != nil {
 			cfg.Logger.Warn("allot: no rules from the allocator yet; using Config.Rules and retrying", "err", err)
@@ -111,16 +120,9 @@ func defaultNodeID() string {
 var resolverSeq atomic.Int64
 
 func (c *Client) dial() error {
-	addrs := c.cfg.Allocators
-	if len(addrs) == 0 {
-		addrs = []string{"127.0.0.1:1"} // no allocator: every call fails fast, the node runs on fallback
-	}
 	r := manual.NewBuilderWithScheme(fmt.Sprintf("allot%d", resolverSeq.Add(1)))
-	state := resolver.State{}
-	for _, a := range addrs {
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
-	}
-	r.InitialState(state)
+	c.res = r
+	c.setAllocators(c.cfg.Allocators)
 	opts := []grpc.DialOption{
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -154,6 +156,58 @@ func (c *Client) joinGossip() error {
 	c.gossip = gossip
 	return nil
 }
+
+// setAllocators points the connection at addrs. With none, calls fail fast
+// and the node runs on its fallback shares.
+func (c *Client) setAllocators(addrs []string) {
+	if len(addrs) == 0 {
+		addrs = []string{"127.0.0.1:1"}
+	}
+	joined := strings.Join(addrs, ",")
+	if joined == c.addrs {
+		return
+	}
+	c.addrs = joined
+	state := resolver.State{}
+	for _, a := range addrs {
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+	}
+	c.res.UpdateState(state)
+}
+
+// discover adds the allocators gossip knows to the configured ones.
+func (c *Client) discover() {
+	seen := map[string]bool{}
+	var addrs []string
+	for _, a := range append(slices.Clone(c.cfg.Allocators), c.gossip.Allocators()...) {
+		if !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	slices.Sort(addrs)
+	c.setAllocators(addrs)
+}
+
+// discoverLoop follows allocators joining and leaving the gossip pool.
+func (c *Client) discoverLoop() {
+	defer c.done.Done()
+	t := c.cfg.clock.NewTimer(discoverEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C():
+			c.discover()
+			t.Reset(discoverEvery)
+		}
+	}
+}
+
+// discoverEvery is how often the allocator list follows gossip: a failover
+// to a new allocator waits at most this long beyond failure detection.
+const discoverEvery = 500 * time.Millisecond
 
 // GossipAddr is the address other nodes can join, or "" without gossip.
 func (c *Client) GossipAddr() string {

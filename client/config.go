@@ -19,7 +19,8 @@ import (
 type Config struct {
 	// Allocators lists the allocators' gRPC addresses (host:port). Calls are
 	// balanced round-robin over the reachable ones, which is also how a node
-	// fails over when one stops.
+	// fails over when one stops. With Gossip, allocators that advertise
+	// themselves in the pool are added as they come and go.
 	Allocators []string
 
 	// NodeID names this node to the allocator and in gossip. It must be
@@ -139,8 +140,8 @@ func toRuleSet(rs []Rule) (*rules.Set, error) {
 }
 
 func (c *Config) fill() error {
-	if len(c.Allocators) == 0 && len(c.Rules) == 0 {
-		return errors.New("client: Config.Allocators is empty and there are no Config.Rules to start with")
+	if len(c.Allocators) == 0 && len(c.Rules) == 0 && (c.Gossip == nil || len(c.Gossip.Join) == 0) {
+		return errors.New("client: no Config.Allocators, no gossip pool to find them in, and no Config.Rules to start with")
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {

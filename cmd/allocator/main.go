@@ -32,6 +32,9 @@ type options struct {
 	drainTimeout time.Duration
 	logLevel     string
 	logFormat    string
+	gossip       string
+	join         string
+	advertise    string
 }
 
 func main() {
@@ -55,6 +58,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.metrics, "metrics", "127.0.0.1:9090", "HTTP address of /metrics and /healthz; empty to disable (ALLOT_METRICS)")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 100*time.Millisecond, "deadline of each store call (ALLOT_STORE_TIMEOUT)")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "how long SIGTERM waits for calls in flight (ALLOT_DRAIN_TIMEOUT)")
+	fs.StringVar(&o.gossip, "gossip", "", "memberlist address to gossip on, host:port; empty disables (ALLOT_GOSSIP)")
+	fs.StringVar(&o.join, "join", "", "comma-separated gossip members to join (ALLOT_JOIN)")
+	fs.StringVar(&o.advertise, "advertise", "", "gRPC address nodes should dial, told through gossip (ALLOT_ADVERTISE). Default: --listen")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (ALLOT_LOG_FORMAT)")
 	fs.Usage = func() {
@@ -88,6 +94,16 @@ func envDefaults(fs *flag.FlagSet) error {
 	return err
 }
 
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 func newLogger(o *options, w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -115,6 +131,7 @@ func run(args []string, stderr io.Writer) error {
 	a, err := allocator.New(allocator.Config{
 		Listen: o.listen, RulesFile: o.config, RedisURL: o.redis, RedisCluster: o.redisCluster, MetricsListen: o.metrics,
 		StoreTimeout: o.storeTimeout, Logger: log,
+		GossipBind: o.gossip, GossipJoin: splitList(o.join), Advertise: o.advertise,
 	})
 	if err != nil {
 		return err

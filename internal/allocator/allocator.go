@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/rules"
 	"github.com/allot-dev/allot/internal/server"
 	"github.com/allot-dev/allot/internal/store"
@@ -54,6 +55,14 @@ type Config struct {
 	StoreTimeout time.Duration
 	// Limits bound the input of every call. default: server.DefaultLimits()
 	Limits server.Limits
+	// GossipBind, when set, joins a memberlist pool as an allocator, so that
+	// nodes and other allocators find this one. default: no gossip
+	GossipBind string
+	// GossipJoin lists pool members to contact at start.
+	GossipJoin []string
+	// Advertise is the gRPC address nodes should dial, told through gossip.
+	// default: the listen address, unless it is unspecified (0.0.0.0)
+	Advertise string
 	// Logger. default: slog.Default()
 	Logger *slog.Logger
 }
@@ -72,6 +81,7 @@ type Allocator struct {
 	lis      net.Listener
 	http     *http.Server
 	httpLis  net.Listener
+	gossip   *fallback.Gossip
 
 	reloadMu sync.Mutex
 	stopOnce sync.Once
@@ -102,7 +112,46 @@ func New(cfg Config) (*Allocator, error) {
 		a.closeStore()
 		return nil, err
 	}
+	if err := a.joinGossip(); err != nil {
+		a.lis.Close()
+		if a.httpLis != nil {
+			a.httpLis.Close()
+		}
+		a.closeStore()
+		return nil, err
+	}
 	return a, nil
+}
+
+// joinGossip advertises this allocator's gRPC address to the pool.
+func (a *Allocator) joinGossip() error {
+	if a.cfg.GossipBind == "" {
+		return nil
+	}
+	advertise := a.cfg.Advertise
+	if advertise == "" {
+		host, _, _ := net.SplitHostPort(a.Addr())
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			return fmt.Errorf("allocator: listening on %s: give the address nodes should dial (--advertise)", a.Addr())
+		}
+		advertise = a.Addr()
+	}
+	g, err := fallback.Join(fallback.GossipConfig{Name: "allocator-" + advertise, Role: fallback.RoleAllocator,
+		Bind: a.cfg.GossipBind, Join: a.cfg.GossipJoin, GRPC: advertise, Logger: a.log})
+	if err != nil {
+		return fmt.Errorf("allocator: %w", err)
+	}
+	a.gossip = g
+	a.log.Info("gossip joined", "addr", g.Addr(), "advertise", advertise)
+	return nil
+}
+
+// GossipAddr is the address other members join, or "" without gossip.
+func (a *Allocator) GossipAddr() string {
+	if a.gossip == nil {
+		return ""
+	}
+	return a.gossip.Addr()
 }
 
 func (a *Allocator) initialRules() (*rules.Set, error) {
@@ -264,6 +313,11 @@ func (a *Allocator) Stop() {
 
 func (a *Allocator) finish() {
 	a.stopOnce.Do(func() {
+		if a.gossip != nil {
+			if err := a.gossip.Leave(time.Second); err != nil {
+				a.log.Warn("leaving gossip", "err", err)
+			}
+		}
 		if a.http != nil {
 			a.http.Close()
 		}
