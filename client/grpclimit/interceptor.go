@@ -39,17 +39,13 @@ import (
 	"github.com/allot-dev/allot/client"
 )
 
-// Policy is one Allot rule applied to every call.
+// Policy is one Allot rule applied to every call. A refusal's
+// QuotaFailure gives the rule's limit as the node applies it when the call
+// is refused (Client.Rule), so that a rule changed on the allocator shows
+// at once; it is left out while the node does not know the rule.
 type Policy struct {
 	// Rule names the rule, as in the allocator's rules file.
 	Rule string
-
-	// Quota is the rule's limit per period. default: the limit the SDK
-	// reports with each decision. Required when there are several
-	// policies: a combined decision carries only the deciding rule's
-	// limit, and the quota is how the interceptor tells which rule that
-	// was, to name it in QuotaFailure.
-	Quota int64
 }
 
 // Options configures an Interceptor. Policies is required; every other
@@ -57,7 +53,8 @@ type Policy struct {
 type Options struct {
 	// Policies are the rules every call must pass. Several are checked
 	// together with Client.AllowAll: a call refused by one costs nothing
-	// on the others.
+	// on the others, and the refusal names the rule that refused
+	// (Decision.Rule).
 	Policies []Policy
 
 	// Cost is what a call costs, in tokens. A cost of 0 or less lets the
@@ -134,10 +131,6 @@ func checkPolicies(ps []Policy) error {
 			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule is empty", i)
 		case seen[p.Rule]:
 			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q appears twice", i, p.Rule)
-		case p.Quota < 0:
-			return fmt.Errorf("grpclimit: Options.Policies[%d].Quota is negative", i)
-		case p.Quota == 0 && len(ps) > 1:
-			return fmt.Errorf("grpclimit: Options.Policies[%d].Quota is required with several policies", i)
 		}
 		seen[p.Rule] = true
 	}
@@ -185,11 +178,7 @@ func (i *Interceptor) admit(ctx context.Context, method string) error {
 	case d.Allowed:
 		return nil
 	}
-	rule := i.names // with several policies, when the decider cannot be told
-	if at := i.deciding(d); at >= 0 {
-		rule = i.policies[at].Rule
-	}
-	return exhausted(rule, redact(key), d)
+	return i.exhausted(d, redact(key))
 }
 
 func (i *Interceptor) decide(ctx context.Context, key string, n int64) (client.Decision, error) {
@@ -201,25 +190,6 @@ func (i *Interceptor) decide(ctx context.Context, key string, n int64) (client.D
 		limits[j] = client.RuleKey{Rule: p.Rule, Key: key}
 	}
 	return i.c.AllowAll(ctx, n, limits...)
-}
-
-// deciding finds the policy a decision came from, or -1 when it cannot be
-// told. A decision does not name its rule; with several policies, the one
-// whose quota equals the decision's limit is it.
-func (i *Interceptor) deciding(d client.Decision) int {
-	if len(i.policies) == 1 {
-		return 0
-	}
-	at := -1
-	for j, p := range i.policies {
-		if p.Quota == d.Limit {
-			if at >= 0 {
-				return -1 // two policies with this quota: either could have decided
-			}
-			at = j
-		}
-	}
-	return at
 }
 
 // FailClosed is an Options.OnError that ends a call the SDK could not

@@ -159,13 +159,13 @@ func TestUnaryRefusedWithDetails(t *testing.T) {
 	if want := "login/" + redacted("key:"+secret); v.GetSubject() != want {
 		t.Fatalf("subject %q, want %q", v.GetSubject(), want)
 	}
-	if v.GetQuotaId() != "login" || v.GetQuotaValue() != 2 || !strings.Contains(v.GetDescription(), "quota of 2") {
+	if v.GetQuotaId() != "login" || v.GetQuotaValue() != 2 || v.GetDescription() != "quota of 2 per 24h of rule login exceeded" {
 		t.Fatalf("violation %v", v)
 	}
 	if strings.Contains(err.Error(), secret) || strings.Contains(v.String(), secret) {
 		t.Fatalf("the raw key leaked: %v / %v", err, v)
 	}
-	if !strings.Contains(st.Message(), "login") {
+	if !strings.HasPrefix(st.Message(), "rate limit login exceeded; retry in ") {
 		t.Fatalf("message %q does not name the rule", st.Message())
 	}
 	if err := check(t, h, "x-api-key", "another"); err != nil {
@@ -223,16 +223,25 @@ func TestStreamInterceptor(t *testing.T) {
 	}
 }
 
-// With several policies the violation names the rule that refused.
+// With several policies the violation names the rule that refused, and
+// gives that rule's limit and period.
 //
 // "plenty" allows a million a day, yet the SDK may refuse a fresh key for
 // a moment while its first lease is small and the next is on its way;
 // such refusals must name "plenty", and the loop goes on past them.
 func TestMultiRuleNamesTheRefusingRule(t *testing.T) {
 	c := startAllocator(t)
+	want := map[string]struct {
+		quota int64
+		desc  string
+	}{
+		"login":  {2, "quota of 2 per 24h of rule login exceeded"},
+		"hourly": {3, "quota of 3 per 1h of rule hourly exceeded"},
+		"plenty": {1_000_000, "quota of 1000000 per 24h of rule plenty exceeded"},
+	}
 	// refusedBy calls until a call is refused by rule; it returns the
 	// details and how many calls passed before it.
-	refusedBy := func(h healthpb.HealthClient, key, rule string) (*errdetails.RetryInfo, *errdetails.QuotaFailure_Violation, int) {
+	refusedBy := func(h healthpb.HealthClient, key, rule string) (*errdetails.RetryInfo, int) {
 		t.Helper()
 		passed := 0
 		for range 1000 {
@@ -243,33 +252,72 @@ func TestMultiRuleNamesTheRefusingRule(t *testing.T) {
 			}
 			ri, qf, _ := refusal(t, err)
 			v := qf.GetViolations()[0]
-			if !strings.HasPrefix(v.GetSubject(), v.GetQuotaId()+"/key:") {
-				t.Fatalf("violation %v: the subject does not name its rule", v)
+			w, ok := want[v.GetQuotaId()]
+			if !ok || v.GetSubject() != v.GetQuotaId()+"/"+redacted("key:"+key) ||
+				v.GetQuotaValue() != w.quota || v.GetDescription() != w.desc {
+				t.Fatalf("violation %v", v)
 			}
 			switch v.GetQuotaId() {
 			case rule:
-				return ri, v, passed
+				return ri, passed
 			case "plenty":
 			default:
 				t.Fatalf("refused by %q", v.GetQuotaId())
 			}
 		}
 		t.Fatalf("no refusal by %s in 1000 calls", rule)
-		return nil, nil, 0
+		return nil, 0
 	}
 	h := serve(t, c, grpclimit.Options{KeyMetadata: "x-api-key", Policies: []grpclimit.Policy{
-		{Rule: "plenty", Quota: 1_000_000}, {Rule: "login", Quota: 2}}})
+		{Rule: "plenty"}, {Rule: "login"}}})
 	// login is strict and asked last, only when plenty has passed: its
 	// count is exact.
-	if _, v, passed := refusedBy(h, "m", "login"); passed != 2 || v.GetQuotaValue() != 2 {
-		t.Fatalf("refused by login after %d calls, violation %v; want after 2", passed, v)
+	if _, passed := refusedBy(h, "m", "login"); passed != 2 {
+		t.Fatalf("refused by login after %d calls; want after 2", passed)
 	}
 
 	h = serve(t, c, grpclimit.Options{KeyMetadata: "x-api-key", Policies: []grpclimit.Policy{
-		{Rule: "hourly", Quota: 3}, {Rule: "plenty", Quota: 1_000_000}}})
-	ri, v, _ := refusedBy(h, "burst", "hourly")
-	if d := ri.GetRetryDelay().AsDuration(); d <= 0 || d > time.Hour || v.GetQuotaValue() != 3 {
-		t.Fatalf("retry_delay %v, violation %v", d, v)
+		{Rule: "hourly"}, {Rule: "plenty"}}})
+	if ri, _ := refusedBy(h, "burst", "hourly"); ri.GetRetryDelay().AsDuration() <= 0 || ri.GetRetryDelay().AsDuration() > time.Hour {
+		t.Fatalf("retry_delay %v", ri.GetRetryDelay().AsDuration())
+	}
+}
+
+// Two rules with the same limit are told apart by the rule the SDK names
+// in each decision, not by their limits. The node decides alone here.
+func TestEqualQuotasAreToldApart(t *testing.T) {
+	c, err := client.New(client.Config{Logger: quiet(), Rules: []client.Rule{
+		{Name: "hourly", Algorithm: "token_bucket", Limit: 2, Period: time.Hour},
+		{Name: "daily", Algorithm: "token_bucket", Limit: 2, Period: 24 * time.Hour},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	only := func(rule string) healthpb.HealthClient {
+		return serve(t, c, grpclimit.Options{KeyMetadata: "x-api-key", Policies: []grpclimit.Policy{{Rule: rule}}})
+	}
+	both := serve(t, c, grpclimit.Options{KeyMetadata: "x-api-key",
+		Policies: []grpclimit.Policy{{Rule: "hourly"}, {Rule: "daily"}}})
+	for _, tc := range []struct{ rule, desc string }{
+		{"daily", "quota of 2 per 24h of rule daily exceeded"},
+		{"hourly", "quota of 2 per 1h of rule hourly exceeded"},
+	} {
+		key, alone := "spent-"+tc.rule, only(tc.rule)
+		for i := range 2 {
+			if err := check(t, alone, "x-api-key", key); err != nil {
+				t.Fatalf("%s alone, call %d: %v", tc.rule, i+1, err)
+			}
+		}
+		ri, qf, st := refusal(t, check(t, both, "x-api-key", key))
+		v := qf.GetViolations()[0]
+		if v.GetQuotaId() != tc.rule || v.GetQuotaValue() != 2 || v.GetDescription() != tc.desc ||
+			v.GetSubject() != tc.rule+"/"+redacted("key:"+key) {
+			t.Fatalf("%s spent: violation %v", tc.rule, v)
+		}
+		if !strings.HasPrefix(st.Message(), "rate limit "+tc.rule+" exceeded; retry in ") || ri == nil {
+			t.Fatalf("%s spent: message %q, RetryInfo %v", tc.rule, st.Message(), ri)
+		}
 	}
 }
 
@@ -318,10 +366,8 @@ func TestNewChecksOptions(t *testing.T) {
 	c := startAllocator(t)
 	for name, opts := range map[string]grpclimit.Options{
 		"no policies":  {},
-		"no rule name": {Policies: []grpclimit.Policy{{Quota: 1}}},
-		"twice":        {Policies: []grpclimit.Policy{{Rule: "a", Quota: 1}, {Rule: "a", Quota: 2}}},
-		"no quota":     {Policies: []grpclimit.Policy{{Rule: "a", Quota: 1}, {Rule: "b"}}},
-		"negative":     {Policies: []grpclimit.Policy{{Rule: "a", Quota: -1}}},
+		"no rule name": {Policies: []grpclimit.Policy{{Rule: "a"}, {}}},
+		"twice":        {Policies: []grpclimit.Policy{{Rule: "a"}, {Rule: "a"}}},
 	} {
 		if _, err := grpclimit.New(c, opts); err == nil {
 			t.Errorf("%s: New succeeded", name)
@@ -329,5 +375,9 @@ func TestNewChecksOptions(t *testing.T) {
 	}
 	if _, err := grpclimit.New(nil, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "a"}}}); err == nil {
 		t.Error("New with a nil client succeeded")
+	}
+	// Rules the node does not know yet are no error: they may arrive later.
+	if _, err := grpclimit.New(c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "later"}, {Rule: "login"}}}); err != nil {
+		t.Errorf("several policies: %v", err)
 	}
 }

@@ -15,23 +15,42 @@ import (
 )
 
 // exhausted is the status of a refused call: ResourceExhausted with
-// RetryInfo and a QuotaFailure naming the rule (or, with several policies
-// whose decider cannot be told, the rules) and the redacted key.
-func exhausted(rule, who string, d client.Decision) error {
+// RetryInfo and a QuotaFailure naming the rule that refused and the
+// redacted key. The quota is the rule's limit as the node applies it now;
+// it is left out when the node does not know the rule (the rules were
+// replaced since the decision).
+func (i *Interceptor) exhausted(d client.Decision, who string) error {
+	rule := d.Rule
+	if rule == "" { // a guard: the SDK names the rule of every decision
+		rule = i.names
+	}
 	retry := max(d.RetryAfter, 0)
 	msg := fmt.Sprintf("rate limit %s exceeded; retry in %v", rule, retry.Round(time.Millisecond))
 	v := &errdetails.QuotaFailure_Violation{
 		Subject:     rule + "/" + who,
-		Description: fmt.Sprintf("quota of %d per period of rule %s exceeded", d.Limit, rule),
+		QuotaId:     d.Rule,
+		Description: fmt.Sprintf("quota of rule %s exceeded", rule),
 	}
-	if !strings.Contains(rule, ",") {
-		v.QuotaId, v.QuotaValue = rule, d.Limit
-	} else {
-		v.Description = fmt.Sprintf("quota of %d per period of one of the rules %s exceeded", d.Limit, rule)
+	if r, ok := i.c.Rule(d.Rule); ok {
+		v.QuotaValue = r.Limit
+		v.Description = fmt.Sprintf("quota of %d per %s of rule %s exceeded", r.Limit, period(r.Period), rule)
 	}
 	return withDetails(codes.ResourceExhausted, msg,
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
 		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{v}})
+}
+
+// period writes a rule's period without the zero units time.Duration
+// spells out: "24h", "1m", "1h30m", "1.5s".
+func period(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+		if t, ok := strings.CutSuffix(s, "h0m"); ok {
+			s = t + "h"
+		}
+	}
+	return s
 }
 
 // tooCostly refuses a call that costs more than a rule can ever hold. It

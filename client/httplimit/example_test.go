@@ -27,7 +27,7 @@ func Example() {
 	defer c.Close()
 
 	mw, err := httplimit.New(c, httplimit.Options{
-		Policies:  []httplimit.Policy{{Rule: "api-per-key", Window: time.Hour}},
+		Policies:  []httplimit.Policy{{Rule: "api-per-key"}},
 		KeyHeader: "X-API-Key",
 	})
 	if err != nil {
@@ -61,8 +61,9 @@ func Example() {
 }
 
 // Two limits checked together, "2 an hour and 5 a day": a request must
-// pass both, and the refusal names the one it failed. Several policies
-// need their quotas, by which the middleware tells them apart.
+// pass both. RateLimit-Policy lists both, with the quota and window of
+// each rule; RateLimit and the refusal name the rule the decision is
+// about: the one with the least remaining, or the one that refused.
 func ExampleNew_burstAndSustained() {
 	c, err := client.New(client.Config{
 		Rules: []client.Rule{
@@ -77,10 +78,7 @@ func ExampleNew_burstAndSustained() {
 	defer c.Close()
 
 	mw, err := httplimit.New(c, httplimit.Options{
-		Policies: []httplimit.Policy{
-			{Rule: "hourly", Quota: 2, Window: time.Hour},
-			{Rule: "daily", Quota: 5, Window: 24 * time.Hour},
-		},
+		Policies: []httplimit.Policy{{Rule: "hourly"}, {Rule: "daily"}},
 		// Callers are told apart by their address here: no KeyHeader.
 	})
 	if err != nil {

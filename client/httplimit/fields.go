@@ -19,24 +19,24 @@ const (
 	legacyReset    = "X-RateLimit-Reset"
 )
 
-// setFields writes RateLimit-Policy for every policy and RateLimit for the
-// one that decided (at), when it is known.
+// setFields writes RateLimit-Policy for every policy whose rule the node
+// knows, and RateLimit for the rule the decision is about.
 //
 //	RateLimit-Policy: "burst";q=10;w=1, "hourly";q=1000;w=3600
 //	RateLimit: "hourly";r=0;t=1800
 //
-// r is what this node can still admit on the key without asking the
-// allocator, a hint rather than the fleet-wide count; t is, on a refusal,
-// the Retry-After, and otherwise the time until the quota is whole again,
-// left out when the SDK does not know it.
-func (m *Middleware) setFields(h http.Header, d client.Decision, at int) {
+// q and w are the rule's limit and period as the node applies them now:
+// rules are reloaded centrally, so they are looked up for each response. A
+// rule not known yet is left out, since q is required. r is what this node
+// can still admit on the key without asking the allocator, a hint rather
+// than the fleet-wide count; t is, on a refusal, the Retry-After, and
+// otherwise the time until the quota is whole again, left out when the SDK
+// does not know it.
+func (m *Middleware) setFields(h http.Header, d client.Decision) {
 	var b strings.Builder
-	for i, p := range m.policies {
-		q := p.Quota
-		if i == at {
-			q = d.Limit // the SDK's figure wins: rules are reloaded centrally
-		}
-		if q <= 0 {
+	for _, p := range m.policies {
+		r, ok := m.c.Rule(p.Rule)
+		if !ok || r.Limit <= 0 {
 			continue
 		}
 		if b.Len() > 0 {
@@ -44,16 +44,16 @@ func (m *Middleware) setFields(h http.Header, d client.Decision, at int) {
 		}
 		writeString(&b, p.Rule)
 		b.WriteString(";q=")
-		b.WriteString(fmtInt(q))
-		if p.Window > 0 {
+		b.WriteString(fmtInt(r.Limit))
+		if r.Period > 0 {
 			b.WriteString(";w=")
-			b.WriteString(fmtInt(max(ceilSeconds(p.Window), 1)))
+			b.WriteString(fmtInt(ceilSeconds(r.Period)))
 		}
 	}
 	if b.Len() > 0 {
 		h.Set(fieldPolicy, b.String())
 	}
-	if at < 0 {
+	if d.Rule == "" {
 		return
 	}
 	left := max(d.Remaining, 0)
@@ -68,7 +68,7 @@ func (m *Middleware) setFields(h http.Header, d client.Decision, at int) {
 		t = ceilSeconds(d.ResetAfter)
 	}
 	b.Reset()
-	writeString(&b, m.policies[at].Rule)
+	writeString(&b, d.Rule)
 	b.WriteString(";r=")
 	b.WriteString(fmtInt(left))
 	if t >= 0 {

@@ -1,9 +1,13 @@
 package httplimit
 
 import (
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot-dev/allot/client"
 )
 
 func TestRetrySecondsRoundUp(t *testing.T) {
@@ -33,6 +37,49 @@ func TestWriteString(t *testing.T) {
 		writeString(&b, in)
 		if b.String() != want {
 			t.Errorf("writeString(%q) = %s, want %s", in, b.String(), want)
+		}
+	}
+}
+
+// A rule the node does not know (its rules have not arrived, or the rule
+// was just removed) is left out of RateLimit-Policy, whose q is required;
+// the decision's own fields are still written.
+func TestFieldsOfUnknownRules(t *testing.T) {
+	c, err := client.New(client.Config{Logger: slog.New(slog.DiscardHandler),
+		Rules: []client.Rule{{Name: "known", Algorithm: "sliding_log", Limit: 7, Period: 90 * time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cases := []struct {
+		policies []Policy
+		d        client.Decision
+		want     http.Header
+	}{{
+		policies: []Policy{{Rule: "known"}, {Rule: "later"}},
+		d:        client.Decision{Allowed: true, Rule: "later", Limit: 3, Remaining: 2, ResetAfter: 1500 * time.Millisecond},
+		want: http.Header{"Ratelimit-Policy": {`"known";q=7;w=90`}, "Ratelimit": {`"later";r=2;t=2`},
+			"X-Ratelimit-Limit": {"3"}, "X-Ratelimit-Remaining": {"2"}, "X-Ratelimit-Reset": {"2"}},
+	}, {
+		policies: []Policy{{Rule: "later"}},
+		d:        client.Decision{Rule: "later", Limit: 3, RetryAfter: time.Minute},
+		want: http.Header{"Ratelimit": {`"later";r=0;t=60`},
+			"X-Ratelimit-Limit": {"3"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"60"}},
+	}}
+	for _, tc := range cases {
+		m, err := New(c, Options{Policies: tc.policies, LegacyHeaders: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header{}
+		m.setFields(h, tc.d)
+		if len(h) != len(tc.want) {
+			t.Errorf("%v: fields %v, want %v", tc.policies, h, tc.want)
+		}
+		for name, want := range tc.want {
+			if got := h.Get(name); got != want[0] {
+				t.Errorf("%v: %s = %q, want %q", tc.policies, name, got, want[0])
+			}
 		}
 	}
 }

@@ -44,7 +44,16 @@ func startAllocator(t testing.TB) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := allocator.New(allocator.Config{Rules: set, Logger: quiet()})
+	_, c := serveAllocator(t, allocator.Config{Rules: set})
+	return c
+}
+
+// serveAllocator runs an allocator with cfg and returns it and a client
+// connected to it.
+func serveAllocator(t testing.TB, cfg allocator.Config) (*allocator.Allocator, *client.Client) {
+	t.Helper()
+	cfg.Logger = quiet()
+	a, err := allocator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +63,18 @@ func startAllocator(t testing.TB) *client.Client {
 	// A strict rule whose check times out falls back to the node's share;
 	// on a loaded machine that would blur the exact counts the tests read.
 	c, err := client.New(client.Config{Allocators: []string{a.Addr()}, Logger: quiet(), CheckTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return a, c
+}
+
+// localClient is a node with rs and no allocator: it decides alone, on
+// the whole of each limit, so every count is exact.
+func localClient(t testing.TB, rs ...client.Rule) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{Rules: rs, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

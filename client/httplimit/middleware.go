@@ -10,7 +10,7 @@
 // RateLimit fields too, so that well-behaved clients can pace themselves.
 //
 //	mw, err := httplimit.New(c, httplimit.Options{
-//		Policies:  []httplimit.Policy{{Rule: "api-per-key", Window: time.Minute}},
+//		Policies:  []httplimit.Policy{{Rule: "api-per-key"}},
 //		KeyHeader: "X-API-Key",
 //	})
 //	if err != nil { ... }
@@ -35,24 +35,17 @@ import (
 	"github.com/allot-dev/allot/client"
 )
 
-// Policy is one Allot rule applied to every request, and how it is
-// advertised in the RateLimit-Policy field.
+// Policy is one Allot rule applied to every request.
+//
+// The rule's figures are not configured here: the policy is advertised in
+// RateLimit-Policy with the rule's limit as q and its period as w (in
+// seconds, rounded up), read from Client.Rule for each response, so that a
+// rule changed on the allocator shows at once. A rule the node does not
+// know yet is left out of RateLimit-Policy, which the draft allows.
 type Policy struct {
 	// Rule names the rule, as in the allocator's rules file. It is also the
 	// policy's name in the RateLimit fields.
 	Rule string
-
-	// Quota is the rule's limit per period: the q of RateLimit-Policy.
-	// default: the limit the SDK reports with each decision. Required when
-	// there are several policies: a combined decision carries only the
-	// deciding rule's limit, and the quota is how the middleware tells
-	// which rule that was.
-	Quota int64
-
-	// Window is the rule's period: the w of RateLimit-Policy, in seconds
-	// rounded up. default: w is left out, which the draft allows; the SDK
-	// does not report a rule's period.
-	Window time.Duration
 }
 
 // Options configures a Middleware. Policies is required; every other field
@@ -60,7 +53,10 @@ type Policy struct {
 type Options struct {
 	// Policies are the rules every request must pass. Several are checked
 	// together with Client.AllowAll: a request refused by one costs nothing
-	// on the others.
+	// on the others. RateLimit-Policy lists them all; RateLimit, and a
+	// refusal's problem, name the one the decision is about
+	// (Decision.Rule): the rule that refused, or, when all passed, the one
+	// with the least remaining.
 	Policies []Policy
 
 	// Cost is what a request costs, in tokens. A cost of 0 or less lets the
@@ -150,12 +146,6 @@ func checkPolicies(ps []Policy) error {
 			return fmt.Errorf("httplimit: Options.Policies[%d].Rule is empty", i)
 		case seen[p.Rule]:
 			return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q appears twice", i, p.Rule)
-		case p.Quota < 0:
-			return fmt.Errorf("httplimit: Options.Policies[%d].Quota is negative", i)
-		case p.Quota == 0 && len(ps) > 1:
-			return fmt.Errorf("httplimit: Options.Policies[%d].Quota is required with several policies", i)
-		case p.Window < 0:
-			return fmt.Errorf("httplimit: Options.Policies[%d].Window is negative", i)
 		}
 		seen[p.Rule] = true
 	}
@@ -195,13 +185,12 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		})
 		return !m.opts.OnError(w, r, err)
 	}
-	at := m.deciding(d)
-	m.setFields(w.Header(), d, at)
+	m.setFields(w.Header(), d)
 	if d.Allowed {
 		return true
 	}
 	w.Header().Set("Retry-After", fmtInt(retrySeconds(d.RetryAfter)))
-	writeProblem(w, quotaExceeded(m.policyName(at), d.RetryAfter))
+	writeProblem(w, quotaExceeded(d.Rule, d.RetryAfter))
 	return false
 }
 
@@ -214,32 +203,6 @@ func (m *Middleware) decide(ctx context.Context, key string, n int64) (client.De
 		limits[i] = client.RuleKey{Rule: p.Rule, Key: key}
 	}
 	return m.c.AllowAll(ctx, n, limits...)
-}
-
-// deciding finds the policy a decision came from, or -1 when it cannot be
-// told. A decision does not name its rule; with several policies, the one
-// whose quota equals the decision's limit is it.
-func (m *Middleware) deciding(d client.Decision) int {
-	if len(m.policies) == 1 {
-		return 0
-	}
-	at := -1
-	for i, p := range m.policies {
-		if p.Quota == d.Limit {
-			if at >= 0 {
-				return -1 // two policies with this quota: either could have decided
-			}
-			at = i
-		}
-	}
-	return at
-}
-
-func (m *Middleware) policyName(at int) string {
-	if at < 0 {
-		return ""
-	}
-	return m.policies[at].Rule
 }
 
 func (m *Middleware) ruleNames() []string {

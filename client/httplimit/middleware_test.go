@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/client/httplimit"
+	"github.com/allot-dev/allot/internal/allocator"
 )
 
 // body is the problem+json of a refusal.
@@ -56,7 +60,7 @@ func expect(t testing.TB, what string, r reply, status int, headers map[string]s
 func TestRefusedAfterTheLimit(t *testing.T) {
 	c := startAllocator(t)
 	srv := limited(t, c, httplimit.Options{
-		Policies:  []httplimit.Policy{{Rule: "login", Window: 24 * time.Hour}},
+		Policies:  []httplimit.Policy{{Rule: "login"}},
 		KeyHeader: "X-API-Key",
 	})
 	policy := `"login";q=2;w=86400`
@@ -93,7 +97,7 @@ var (
 func TestLeasedRuleFields(t *testing.T) {
 	c := startAllocator(t)
 	srv := limited(t, c, httplimit.Options{
-		Policies:      []httplimit.Policy{{Rule: "hourly", Window: time.Hour}},
+		Policies:      []httplimit.Policy{{Rule: "hourly"}},
 		KeyHeader:     "X-API-Key",
 		LegacyHeaders: true,
 	})
@@ -251,15 +255,13 @@ func TestMultiRuleReportsTheRefusingRule(t *testing.T) {
 	}
 	t.Run("burst refuses", func(t *testing.T) {
 		srv := limited(t, c, httplimit.Options{KeyHeader: "X-API-Key", Policies: []httplimit.Policy{
-			{Rule: "burst", Quota: 2, Window: time.Hour},
-			{Rule: "plenty", Quota: 1_000_000, Window: 24 * time.Hour},
+			{Rule: "burst"}, {Rule: "plenty"},
 		}})
 		refusedBy(t, srv, "b", "burst", `"burst";q=2;w=3600, "plenty";q=1000000;w=86400`)
 	})
 	t.Run("sustained refuses", func(t *testing.T) {
 		srv := limited(t, c, httplimit.Options{KeyHeader: "X-API-Key", Policies: []httplimit.Policy{
-			{Rule: "plenty", Quota: 1_000_000, Window: 24 * time.Hour},
-			{Rule: "login", Quota: 2, Window: 24 * time.Hour},
+			{Rule: "plenty"}, {Rule: "login"},
 		}})
 		r, passed := refusedBy(t, srv, "s", "login", `"plenty";q=1000000;w=86400, "login";q=2;w=86400`)
 		// login is strict and asked last, only when plenty has passed: its
@@ -270,6 +272,95 @@ func TestMultiRuleReportsTheRefusingRule(t *testing.T) {
 		expect(t, "refused by login", r, 429, map[string]string{
 			"RateLimit": `"login";r=0;t=86400`, "Retry-After": "86400"})
 	})
+}
+
+// Two rules with the same limit: the fields and the refusal name the rule
+// the SDK decided by (Decision.Rule), which the limits alone cannot tell.
+// The node decides alone here, so every figure is exact.
+func TestEqualQuotasAreToldApart(t *testing.T) {
+	c := localClient(t,
+		client.Rule{Name: "hourly", Algorithm: "token_bucket", Limit: 2, Period: time.Hour},
+		client.Rule{Name: "daily", Algorithm: "token_bucket", Limit: 2, Period: 24 * time.Hour})
+	only := func(rule string) *httptest.Server {
+		return limited(t, c, httplimit.Options{Policies: []httplimit.Policy{{Rule: rule}}, KeyHeader: "X-API-Key"})
+	}
+	hourly, daily := only("hourly"), only("daily")
+	both := limited(t, c, httplimit.Options{KeyHeader: "X-API-Key", LegacyHeaders: true,
+		Policies: []httplimit.Policy{{Rule: "hourly"}, {Rule: "daily"}}})
+	const policy = `"hourly";q=2;w=3600, "daily";q=2;w=86400`
+	refused := func(what string, r reply, rule, retry string) {
+		t.Helper()
+		expect(t, what, r, http.StatusTooManyRequests, map[string]string{
+			"RateLimit-Policy": policy, "RateLimit": strconv.Quote(rule) + ";r=0;t=" + retry, "Retry-After": retry,
+			"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": retry})
+		b := decode(t, r)
+		if want := "The rate limit " + strconv.Quote(rule) + " was exceeded; retry in " + retry + " seconds."; b.Detail != want ||
+			len(b.Violated) != 1 || b.Violated[0] != rule {
+			t.Fatalf("%s: body %+v, want detail %q and violated-policies [%s]", what, b, want, rule)
+		}
+	}
+
+	// daily spent once on key d: a request passing both leaves daily with
+	// the least remaining, and the next is refused by daily.
+	expect(t, "daily alone", get(t, daily, "X-API-Key: d"), 200, map[string]string{
+		"RateLimit-Policy": `"daily";q=2;w=86400`, "RateLimit": `"daily";r=1;t=43200`})
+	expect(t, "both, daily tighter", get(t, both, "X-API-Key: d"), 200, map[string]string{
+		"RateLimit-Policy": policy, "RateLimit": `"daily";r=0;t=86400`,
+		"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "86400"})
+	refused("refused by daily", get(t, both, "X-API-Key: d"), "daily", "43200")
+
+	// hourly spent on key h: refused by hourly, and daily is not charged.
+	for i := range 2 {
+		expect(t, "hourly alone", get(t, hourly, "X-API-Key: h"), 200, map[string]string{
+			"RateLimit": `"hourly";r=` + strconv.Itoa(1-i) + ";t=" + strconv.Itoa(1800*(i+1))})
+	}
+	refused("refused by hourly", get(t, both, "X-API-Key: h"), "hourly", "1800")
+	expect(t, "daily untouched", get(t, daily, "X-API-Key: h"), 200, map[string]string{"RateLimit": `"daily";r=1;t=43200`})
+}
+
+// Rules are reloaded centrally: RateLimit-Policy shows the rule as the
+// node applies it when it answers, not as it was when the middleware was
+// built.
+func TestPolicyFollowsReloadedRules(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	write := func(limit int, period string) {
+		t.Helper()
+		yaml := "rules:\n  - name: hourly\n    algorithm: token_bucket\n    limit: " + strconv.Itoa(limit) + "\n    period: " + period + "\n"
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(3, "1h")
+	a, c := serveAllocator(t, allocator.Config{RulesFile: path})
+	srv := limited(t, c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "hourly"}}, KeyHeader: "X-API-Key"})
+	policyOf := func(key string) string {
+		t.Helper()
+		return get(t, srv, "X-API-Key: "+key).header.Get("RateLimit-Policy")
+	}
+	if got := policyOf("before"); got != `"hourly";q=3;w=3600` {
+		t.Fatalf("RateLimit-Policy %q before the reload", got)
+	}
+
+	write(5, "2h")
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	// The node learns of the new rules from its next lease (or within half
+	// a minute): ask for some on fresh keys until it has them.
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		if r, ok := c.Rule("hourly"); ok && r.Limit == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node did not apply the reloaded rules")
+		}
+		policyOf("fresh-" + strconv.Itoa(i))
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := policyOf("after"); got != `"hourly";q=5;w=7200` {
+		t.Fatalf("RateLimit-Policy %q after the reload", got)
+	}
 }
 
 // syncBuffer collects log lines written by the server's goroutines.
@@ -341,7 +432,7 @@ func TestLegacyHeaders(t *testing.T) {
 	get(t, srv)
 	get(t, srv)
 	expect(t, "refused", get(t, srv), 429, map[string]string{
-		"RateLimit-Policy":      `"login";q=2`, // no Window: no w
+		"RateLimit-Policy":      `"login";q=2;w=86400`,
 		"X-RateLimit-Limit":     "2",
 		"X-RateLimit-Remaining": "0",
 		"X-RateLimit-Reset":     "86400",
@@ -351,12 +442,9 @@ func TestLegacyHeaders(t *testing.T) {
 func TestNewChecksOptions(t *testing.T) {
 	c := startAllocator(t)
 	cases := map[string]httplimit.Options{
-		"no policies":     {},
-		"no rule name":    {Policies: []httplimit.Policy{{Quota: 1}}},
-		"twice":           {Policies: []httplimit.Policy{{Rule: "a", Quota: 1}, {Rule: "a", Quota: 2}}},
-		"no quota":        {Policies: []httplimit.Policy{{Rule: "a", Quota: 1}, {Rule: "b"}}},
-		"negative":        {Policies: []httplimit.Policy{{Rule: "a", Quota: -1}}},
-		"negative window": {Policies: []httplimit.Policy{{Rule: "a", Window: -time.Second}}},
+		"no policies":  {},
+		"no rule name": {Policies: []httplimit.Policy{{Rule: "a"}, {}}},
+		"twice":        {Policies: []httplimit.Policy{{Rule: "a"}, {Rule: "a"}}},
 	}
 	for name, opts := range cases {
 		if _, err := httplimit.New(c, opts); err == nil {
@@ -366,8 +454,12 @@ func TestNewChecksOptions(t *testing.T) {
 	if _, err := httplimit.New(nil, httplimit.Options{Policies: []httplimit.Policy{{Rule: "a"}}}); err == nil {
 		t.Error("New with a nil client succeeded")
 	}
-	_, err := httplimit.New(c, cases["no quota"])
-	if err == nil || !strings.Contains(err.Error(), "Policies[1].Quota") {
+	_, err := httplimit.New(c, cases["no rule name"])
+	if err == nil || !strings.Contains(err.Error(), "Policies[1].Rule") {
 		t.Errorf("error %v does not name the field", err)
+	}
+	// Rules the node does not know yet are no error: they may arrive later.
+	if _, err := httplimit.New(c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "later"}, {Rule: "hourly"}}}); err != nil {
+		t.Errorf("several policies: %v", err)
 	}
 }

@@ -34,7 +34,6 @@ type options struct {
 	listen     string
 	allocators []string
 	rule       string
-	window     time.Duration
 	keyHeader  string
 	trustProxy bool
 }
@@ -56,7 +55,6 @@ var env = map[string]string{
 	"listen":      "SERVICE_LISTEN",
 	"allocators":  "ALLOT_ALLOCATORS",
 	"rule":        "SERVICE_RULE",
-	"window":      "SERVICE_WINDOW",
 	"key-header":  "SERVICE_KEY_HEADER",
 	"trust-proxy": "SERVICE_TRUST_PROXY",
 }
@@ -69,9 +67,6 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP listen address (SERVICE_LISTEN)")
 	fs.StringVar(&allocators, "allocators", "127.0.0.1:7070", "allocator gRPC addresses, comma-separated (ALLOT_ALLOCATORS)")
 	fs.StringVar(&o.rule, "rule", "api-per-key", "the Allot rule that limits GET /hello (SERVICE_RULE)")
-	// The SDK does not report a rule's period, so the RateLimit-Policy
-	// field's w comes from here; 1m is the built-in api-per-key rule's.
-	fs.DurationVar(&o.window, "window", time.Minute, "the rule's period, advertised in RateLimit-Policy (SERVICE_WINDOW)")
 	fs.StringVar(&o.keyHeader, "key-header", "X-API-Key", "request header holding the API key (SERVICE_KEY_HEADER)")
 	fs.BoolVar(&o.trustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For; only behind one reverse proxy of yours (SERVICE_TRUST_PROXY)")
 	var err error
@@ -105,7 +100,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 // newHandler routes the service's two endpoints, /hello behind the limit.
 func newHandler(c *client.Client, o *options, log *slog.Logger) (http.Handler, error) {
 	limit, err := httplimit.New(c, httplimit.Options{
-		Policies:   []httplimit.Policy{{Rule: o.rule, Window: o.window}},
+		Policies:   []httplimit.Policy{{Rule: o.rule}},
 		KeyHeader:  o.keyHeader,
 		TrustProxy: o.trustProxy,
 		Logger:     log,
