@@ -64,16 +64,7 @@ func (w *FixedWindow) Allow(now time.Time) bool {
 
 // AllowN admits n tokens if the current window has room for them.
 func (w *FixedWindow) AllowN(now time.Time, n int64) (Decision, error) {
-	if err := checkCost(n, w.limit); err != nil {
-		return Decision{Limit: w.limit}, err
-	}
-	w.mu.Lock()
-	d := w.peekLocked(now, n)
-	if d.Allowed {
-		w.spendLocked(n)
-	}
-	w.mu.Unlock()
-	return d, nil
+	return decide(w, now, n)
 }
 
 // peekLocked decides as if the request were spent when allowed. An instant

@@ -39,6 +39,21 @@ type rule interface {
 	spendLocked(n int64)
 }
 
+// decide is every algorithm's AllowN: the cost checked, then the two
+// phases under the limiter's lock.
+func decide(r rule, now time.Time, n int64) (Decision, error) {
+	if err := checkCost(n, r.ceiling()); err != nil {
+		return Decision{Limit: r.ceiling()}, err
+	}
+	r.lock()
+	d := r.peekLocked(now, n)
+	if d.Allowed {
+		r.spendLocked(n)
+	}
+	r.unlock()
+	return d, nil
+}
+
 // guard is the mutex every algorithm embeds, with its place in the global
 // lock order.
 type guard struct {

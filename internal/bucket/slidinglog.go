@@ -44,16 +44,7 @@ func (l *SlidingLog) Allow(now time.Time) bool {
 
 // AllowN admits n tokens if the last window holds at most limit-n.
 func (l *SlidingLog) AllowN(now time.Time, n int64) (Decision, error) {
-	if err := checkCost(n, l.limit); err != nil {
-		return Decision{Limit: l.limit}, err
-	}
-	l.mu.Lock()
-	d := l.peekLocked(now, n)
-	if d.Allowed {
-		l.spendLocked(n)
-	}
-	l.mu.Unlock()
-	return d, nil
+	return decide(l, now, n)
 }
 
 // peekLocked decides as if the request were spent when allowed. Entries are

@@ -50,16 +50,7 @@ func (w *SlidingWindow) Allow(now time.Time) bool {
 
 // AllowN admits n tokens if the estimate leaves room for them.
 func (w *SlidingWindow) AllowN(now time.Time, n int64) (Decision, error) {
-	if err := checkCost(n, w.limit); err != nil {
-		return Decision{Limit: w.limit}, err
-	}
-	w.mu.Lock()
-	d := w.peekLocked(now, n)
-	if d.Allowed {
-		w.spendLocked(n)
-	}
-	w.mu.Unlock()
-	return d, nil
+	return decide(w, now, n)
 }
 
 // advanceLocked moves to the window holding the latest instant seen; a

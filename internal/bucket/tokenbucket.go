@@ -100,16 +100,7 @@ func (b *TokenBucket) Allow(now time.Time) bool {
 
 // AllowN spends n tokens if n whole tokens are there at now.
 func (b *TokenBucket) AllowN(now time.Time, n int64) (Decision, error) {
-	if err := checkCost(n, b.capacity); err != nil {
-		return Decision{Limit: b.capacity}, err
-	}
-	b.mu.Lock()
-	d := b.peekLocked(now, n)
-	if d.Allowed {
-		b.spendLocked(n)
-	}
-	b.mu.Unlock()
-	return d, nil
+	return decide(b, now, n)
 }
 
 // Deposit adds n tokens, as a lease grant does, and reports how many fitted
