@@ -363,3 +363,25 @@ func TestCloseReturnsEverything(t *testing.T) {
 		t.Fatalf("remaining %d: consumption was not reported on Close", d.Remaining)
 	}
 }
+
+// A rule that goes away takes its pools with it; when it comes back its
+// keys start afresh and lease again.
+func TestRuleRemovedAndRestored(t *testing.T) {
+	f := newFixture(t)
+	r, _ := f.set.Get("day")
+	p := f.m.Table(r).Pool("k")
+	p.Consumed(2, f.clk.Now()) // unreportable once the rule is gone
+	f.m.Forget("day")
+	f.step(30*time.Millisecond, 10*time.Millisecond)
+	if f.m.Table(r) == p.table {
+		t.Fatal("a rule that came back kept the table of the one that went")
+	}
+	q := f.m.Table(r).Pool("k")
+	f.step(10*time.Millisecond, time.Millisecond)
+	if q.Tokens() != 100 {
+		t.Fatalf("tokens %d for a key of a restored rule, want a fresh lease of 100", q.Tokens())
+	}
+	if got := len(f.m.tableList()); got != 1 {
+		t.Fatalf("%d tables kept, want 1", got)
+	}
+}

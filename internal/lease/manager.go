@@ -169,7 +169,7 @@ func (m *Manager) Table(r *rules.Rule) *Table {
 	m.tablesMu.Lock()
 	defer m.tablesMu.Unlock()
 	t, ok := m.tables[r.Name]
-	if !ok {
+	if !ok || t.gone.Load() { // a rule that comes back starts afresh
 		t = &Table{m: m, name: r.Name, keys: newKeyMap()}
 		m.tables[r.Name] = t
 	}

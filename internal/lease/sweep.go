@@ -28,6 +28,9 @@ func (m *Manager) sweep(now time.Time) {
 		if h := m.cfg.Hooks.Taken; h != nil && taken > 0 {
 			h(t.name, taken)
 		}
+		if t.gone.Load() && t.Len() == 0 {
+			m.drop(t)
+		}
 	}
 	if len(rets) > 0 {
 		m.evict(rets)
@@ -76,13 +79,26 @@ func (m *Manager) sample(p *Pool, now time.Time) int64 {
 	return took
 }
 
-// idle reports whether the key should leave: no demand for half a lease
-// TTL, nothing in flight or unreported, or its rule is gone.
+// idle reports whether the key should leave: its rule is gone (nothing can
+// be reported or returned for it any more), or it has had no demand for
+// half a lease TTL and has nothing in flight or unreported.
 func (m *Manager) idle(p *Pool, now time.Time) bool {
+	if p.table.gone.Load() {
+		return p.own.inFlight == nil
+	}
 	if p.own.inFlight != nil || p.queued.Load() || p.consumed.Load() > 0 {
 		return false
 	}
-	return p.table.gone.Load() || now.Sub(p.own.lastActive) >= p.table.Rule().Lease.TTL/2
+	return now.Sub(p.own.lastActive) >= p.table.Rule().Lease.TTL/2
+}
+
+// drop forgets an emptied table of a rule that is gone.
+func (m *Manager) drop(t *Table) {
+	m.tablesMu.Lock()
+	defer m.tablesMu.Unlock()
+	if m.tables[t.name] == t {
+		delete(m.tables, t.name)
+	}
 }
 
 // evict takes the pools out of their tables and returns their tokens. A
