@@ -91,6 +91,11 @@ rules:
     period: 1s
     burst: 1000
     lease: { min: 10, max: 500, ttl: 1s, refresh: 100ms }
+  - name: short
+    algorithm: token_bucket
+    limit: 100000
+    period: 24h
+    lease: { min: 100, max: 100, ttl: 8ms, refresh: 4ms }
   - name: day
     algorithm: token_bucket
     limit: 100000
@@ -383,5 +388,31 @@ func TestRuleRemovedAndRestored(t *testing.T) {
 	}
 	if got := len(f.m.tableList()); got != 1 {
 		t.Fatalf("%d tables kept, want 1", got)
+	}
+}
+
+// A lease shorter than two sweeps is still usable: it ends at half its TTL,
+// exactly, instead of being dropped on arrival.
+func TestShortLeaseIsUsable(t *testing.T) {
+	f := newFixture(t) // sweep 10ms, lease TTL 8ms
+	p := f.table("short").Pool("k")
+	f.step(time.Millisecond, time.Millisecond)
+	deadline := time.Now().Add(time.Second) // the grant may still be on its way in
+	for p.Tokens() != 100 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if got := p.Tokens(); got != 100 {
+		t.Fatalf("tokens %d of an 8ms lease, want 100", got)
+	}
+	p.Take(1) // keep it active
+	f.step(3*time.Millisecond, time.Millisecond)
+	if p.Tokens() == 0 {
+		t.Fatal("tokens gone before half the TTL")
+	}
+	// At half the TTL the 99 left are gone; an active key asks again and
+	// may already hold a fresh lease of 100.
+	f.step(2*time.Millisecond, time.Millisecond)
+	if got := p.Tokens(); got != 0 && got != 100 {
+		t.Fatalf("tokens %d after half the TTL, want the first lease's 99 gone", got)
 	}
 }

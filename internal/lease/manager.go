@@ -205,14 +205,19 @@ func (m *Manager) loop() {
 	timer := m.clk.NewTimer(m.cfg.Sweep)
 	defer timer.Stop()
 	for {
+		var synced chan struct{}
 		select {
 		case p := <-m.signals:
 			m.enqueue(p)
 		case r := <-m.results:
 			m.apply(r)
 		case <-timer.C():
-		case c := <-m.sync:
-			close(c)
+		case synced = <-m.sync:
+			// A test waits for the loop: do what a fired timer asks first.
+			select {
+			case <-timer.C():
+			default:
+			}
 		case <-m.stop:
 			return
 		}
@@ -224,6 +229,9 @@ func (m *Manager) loop() {
 		m.flush(now)
 		timer.Stop()
 		timer.Reset(max(m.nextWake().Sub(now), 0))
+		if synced != nil {
+			close(synced)
+		}
 	}
 }
 
@@ -383,12 +391,18 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	p.remaining.Store(g.Remaining)
 	p.fresh.Store(true)
 	// The TTL runs from when the request was sent, on this node's monotonic
-	// clock, and ends a sweep early: the sweep is when tokens are removed.
-	ttl := g.TTL - m.cfg.Sweep
+	// clock, and ends a sweep early: the sweep is when tokens are removed. A
+	// lease shorter than two sweeps (a window about to end) ends at half its
+	// TTL instead, and the next sweep is brought forward to meet it.
+	margin := min(m.cfg.Sweep, g.TTL/2)
+	expiry := f.sent.Add(g.TTL - margin)
+	if margin < m.cfg.Sweep && expiry.Before(m.nextSweep) {
+		m.nextSweep = expiry
+	}
 	p.own.servedUntil = f.sent.Add(g.TTL)
 	p.served.Store(true)
-	if g.Granted > 0 && ttl > 0 {
-		m.deposit(p, payInFlight(p, g.Granted), f.sent.Add(ttl))
+	if g.Granted > 0 && expiry.After(now) {
+		m.deposit(p, payInFlight(p, g.Granted), expiry)
 		p.own.epoch = g.Epoch
 	}
 	next := now
