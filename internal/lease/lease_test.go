@@ -416,3 +416,29 @@ func TestShortLeaseIsUsable(t *testing.T) {
 		t.Fatalf("tokens %d after half the TTL, want the first lease's 99 gone", got)
 	}
 }
+
+// Close returns the tokens of a grant that was still on its way.
+func TestCloseReturnsGrantInFlight(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("day").Pool("k")
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	f.tr.during = func() { close(entered); <-release }
+	f.settle()
+	f.clk.Advance(2 * time.Millisecond) // the refill goes out and blocks in flight
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the refill never went out")
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.m.Close(context.Background()) }()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := atomic.LoadInt64(&f.tr.released); got != 100 {
+		t.Fatalf("released %d on Close, want the 100 granted while closing", got)
+	}
+	_ = p
+}

@@ -126,6 +126,7 @@ type Manager struct {
 	calls   atomic.Int32 // RPCs in flight
 	down    atomic.Bool
 	sync    chan chan struct{} // tests wait for the loop to catch up
+	closing sync.Once
 
 	tablesMu sync.Mutex
 	tables   map[string]*Table
@@ -322,10 +323,9 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 			}
 			h(len(reqs), wanted, granted, time.Since(start), err)
 		}
-		select {
-		case m.results <- result{pools: pools, grants: grants, version: version, err: err}:
-		case <-m.stop:
-		}
+		// Delivered even after Close began: Close applies what calls in
+		// flight bring, so that their grants are returned too.
+		m.results <- result{pools: pools, grants: grants, version: version, err: err}
 	}()
 }
 
@@ -490,19 +490,28 @@ func (m *Manager) resize(p *Pool, r *rules.Rule, tokens float64) {
 // Close stops the loop, waits for calls in flight, reports consumption and
 // returns every leased token, within ctx.
 func (m *Manager) Close(ctx context.Context) error {
-	select {
-	case <-m.stop:
+	first := false
+	m.closing.Do(func() { first = true })
+	if !first {
 		return nil
-	default:
 	}
 	close(m.stop)
 	<-m.done
 	waited := make(chan struct{})
 	go func() { m.rpcs.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		select {
+		case r := <-m.results:
+			m.apply(r)
+			continue
+		case <-waited:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		break
+	}
+	for len(m.results) > 0 {
+		m.apply(<-m.results)
 	}
 	return m.returnAll(ctx)
 }
