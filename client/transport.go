@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -25,7 +26,10 @@ func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lea
 		}
 	}
 	done := t.c.metrics.rpc("Acquire")
-	resp, err := t.c.api.Acquire(ctx, req)
+	// Waiting for a connection (within the call's short deadline) lets a
+	// refill go out the moment a restarted allocator accepts connections,
+	// rather than at the manager's next attempt.
+	resp, err := t.c.api.Acquire(ctx, req, grpc.WaitForReady(true))
 	done(err)
 	if err != nil {
 		return nil, "", t.c.classify(err)
@@ -44,7 +48,7 @@ func (t grpcTransport) Release(ctx context.Context, rets []lease.Return) error {
 		req.Returns[i] = &allotv1.Return{Rule: r.Rule, Key: r.Key, Tokens: r.Tokens, Epoch: r.Epoch}
 	}
 	done := t.c.metrics.rpc("Release")
-	_, err := t.c.api.Release(ctx, req)
+	_, err := t.c.api.Release(ctx, req, grpc.WaitForReady(true))
 	done(err)
 	if err != nil {
 		return t.c.classify(err)

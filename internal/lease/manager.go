@@ -83,7 +83,7 @@ type Config struct {
 	// BackoffBase and BackoffMax bound the wait between attempts while the
 	// allocator is unreachable (x1.6 per failure, 20% jitter). The maximum
 	// is how late a node may notice that the allocator is back. default:
-	// 50ms and 500ms
+	// 50ms and 250ms
 	BackoffBase, BackoffMax time.Duration
 }
 
@@ -107,7 +107,7 @@ func (c *Config) fill() {
 	def(&c.RPCTimeout, 250*time.Millisecond)
 	def(&c.RateWindow, 500*time.Millisecond)
 	def(&c.BackoffBase, 50*time.Millisecond)
-	def(&c.BackoffMax, 500*time.Millisecond)
+	def(&c.BackoffMax, 250*time.Millisecond)
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1000
 	}

@@ -120,9 +120,7 @@ func (m *Manager) evict(pools []*Pool) {
 	go func() {
 		defer m.rpcs.Done()
 		defer m.calls.Add(-1)
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RPCTimeout)
-		defer cancel()
-		m.release(ctx, rets)
+		m.release(context.Background(), rets)
 	}()
 }
 
@@ -130,7 +128,11 @@ func (m *Manager) release(ctx context.Context, rets []Return) error {
 	var firstErr error
 	for len(rets) > 0 {
 		n := min(len(rets), m.cfg.MaxBatch)
-		err := m.cfg.Transport.Release(ctx, rets[:n])
+		// Each call gets the usual short deadline: an unreachable allocator
+		// must not hold a node's shutdown for the whole of ctx.
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.RPCTimeout)
+		err := m.cfg.Transport.Release(cctx, rets[:n])
+		cancel()
 		if h := m.cfg.Hooks.Released; h != nil {
 			var tokens int64
 			for _, r := range rets[:n] {
@@ -166,9 +168,11 @@ func (m *Manager) returnAll(ctx context.Context) error {
 	var firstErr error
 	for len(reports) > 0 {
 		n := min(len(reports), m.cfg.MaxBatch)
-		if _, _, err := m.cfg.Transport.Acquire(ctx, reports[:n]); err != nil && firstErr == nil {
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.RPCTimeout)
+		if _, _, err := m.cfg.Transport.Acquire(cctx, reports[:n]); err != nil && firstErr == nil {
 			firstErr = err
 		}
+		cancel()
 		reports = reports[n:]
 	}
 	if err := m.release(ctx, rets); err != nil && firstErr == nil {
