@@ -68,13 +68,29 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	var initial *rules.Set
+	if len(cfg.Rules) > 0 {
+		var err error
+		if initial, err = toRuleSet(cfg.Rules); err != nil {
+			return nil, err
+		}
+	}
 	c := &Client{cfg: cfg, refresh: make(chan struct{}, 1), stop: make(chan struct{})}
 	c.logLimit, _ = bucket.NewTokenBucketPer(3, 6, time.Minute, cfg.clock.Now())
-	c.metrics = newMetrics(cfg.Registerer)
 	if err := c.dial(); err != nil {
 		return nil, err
 	}
 	if err := c.joinGossip(); err != nil {
+		c.conn.Close()
+		return nil, err
+	}
+	// Registered last, so that a New that failed can be tried again with
+	// the same registerer.
+	var err error
+	if c.metrics, err = newMetrics(cfg.Registerer); err != nil {
+		if c.gossip != nil {
+			c.gossip.Leave(time.Second)
+		}
 		c.conn.Close()
 		return nil, err
 	}
@@ -84,13 +100,8 @@ func New(cfg Config) (*Client, error) {
 		Hooks: c.leaseHooks(),
 	})
 	c.rules.Store(&ruleTable{byName: map[string]*ruleState{}})
-	if len(cfg.Rules) > 0 {
-		set, err := toRuleSet(cfg.Rules)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		c.applyRules(set)
+	if initial != nil {
+		c.applyRules(initial)
 	}
 	if c.gossip != nil {
 		c.discover()

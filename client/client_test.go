@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/allot-dev/allot/client"
@@ -340,4 +342,26 @@ func TestGossipSizesTheFallbackShare(t *testing.T) {
 	if got := burst(nodes[1], "b"); got != 40 {
 		t.Fatalf("fallback burst with 3 nodes = %d, want 120/3", got)
 	}
+}
+
+// A New that failed can be tried again with the same registerer.
+func TestNewAfterFailureReusesRegisterer(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	reg := prometheus.NewRegistry()
+	cfg := client.Config{Allocators: []string{deadAddr(t)}, Registerer: reg,
+		Rules:  []client.Rule{{Name: "r", Algorithm: "token_bucket", Limit: 1, Period: time.Second}},
+		Gossip: &client.GossipConfig{Bind: busy.Addr().String()}}
+	if _, err := client.New(cfg); err == nil {
+		t.Fatal("New joined gossip on a port in use")
+	}
+	cfg.Gossip = nil
+	c := newClient(t, cfg)
+	if _, err := client.New(cfg); err == nil || !strings.Contains(err.Error(), "Registerer") {
+		t.Fatalf("a second Client on the same registerer: %v", err)
+	}
+	_ = c
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,7 @@ type metrics struct {
 	rpcSeconds *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -51,12 +52,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.reachable.Set(1)
 	m.collectors = []prometheus.Collector{m.decisions, m.requests, m.wanted, m.granted, m.released, m.reachable, m.rpcSeconds}
-	if reg != nil {
-		for _, c := range m.collectors {
-			reg.MustRegister(c)
+	if reg == nil {
+		return m, nil
+	}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("client: Config.Registerer: %w (use one registerer per Client)", err)
 		}
 	}
-	return m
+	return m, nil
 }
 
 func (m *metrics) unregister() {

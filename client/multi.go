@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"math"
 )
 
@@ -15,6 +16,9 @@ type RuleKey struct{ Rule, Key string }
 // least remaining. At most one limit may be under a strict rule; it is
 // asked last, since what the allocator spends cannot be given back.
 func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Decision, error) {
+	if len(limits) == 0 {
+		return Decision{}, errors.New("allot: AllowAll needs at least one limit")
+	}
 	states := make([]*ruleState, len(limits))
 	strict := -1
 	for i, l := range limits {

@@ -64,7 +64,7 @@ func (c *Client) classify(err error) error {
 	case codes.NotFound, codes.FailedPrecondition:
 		c.requestRules()
 		return fmt.Errorf("%w: %v", lease.ErrRejected, err)
-	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Internal:
 		return fmt.Errorf("%w: %v", lease.ErrRejected, err)
 	}
 	return err
@@ -76,7 +76,7 @@ func isUnreachable(err error) bool {
 		return false
 	}
 	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Internal, codes.Unknown, codes.Aborted:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Unknown, codes.Aborted:
 		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded)

@@ -145,6 +145,7 @@ func run(args []string, stderr io.Writer) error {
 	for {
 		select {
 		case err := <-served:
+			a.Stop() // close the store and leave gossip even when serving failed
 			return err
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {

@@ -83,8 +83,9 @@ type Allocator struct {
 	httpLis  net.Listener
 	gossip   *fallback.Gossip
 
-	reloadMu sync.Mutex
-	stopOnce sync.Once
+	reloadMu  sync.Mutex
+	stopOnce  sync.Once
+	leaveOnce sync.Once
 }
 
 // New builds an allocator and binds its listeners; Serve starts serving.
@@ -144,6 +145,16 @@ func (a *Allocator) joinGossip() error {
 	a.gossip = g
 	a.log.Info("gossip joined", "addr", g.Addr(), "advertise", advertise)
 	return nil
+}
+
+func (a *Allocator) leaveGossip() {
+	a.leaveOnce.Do(func() {
+		if a.gossip != nil {
+			if err := a.gossip.Leave(time.Second); err != nil {
+				a.log.Warn("leaving gossip", "err", err)
+			}
+		}
+	})
 }
 
 // GossipAddr is the address other members join, or "" without gossip.
@@ -287,6 +298,7 @@ func (a *Allocator) Reload() error {
 // then stops hard and closes the store.
 func (a *Allocator) Shutdown(ctx context.Context) error {
 	a.health.Shutdown() // health checks now answer NOT_SERVING
+	a.leaveGossip()     // nodes stop finding this allocator while it drains
 	done := make(chan struct{})
 	go func() {
 		a.grpc.GracefulStop()
@@ -313,11 +325,7 @@ func (a *Allocator) Stop() {
 
 func (a *Allocator) finish() {
 	a.stopOnce.Do(func() {
-		if a.gossip != nil {
-			if err := a.gossip.Leave(time.Second); err != nil {
-				a.log.Warn("leaving gossip", "err", err)
-			}
-		}
+		a.leaveGossip()
 		if a.http != nil {
 			a.http.Close()
 		}

@@ -253,5 +253,10 @@ func (s *Server) storeError(ctx context.Context, op string, err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	s.log.Warn("store call failed", "op", op, "err", err)
-	return status.Errorf(codes.Unavailable, "store unavailable: %v", err)
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return status.Errorf(codes.Unavailable, "store unavailable: %v", err)
+	}
+	// Not an outage (a script error, a key of the wrong type): retrying
+	// elsewhere will not help, and nodes must not take it for one.
+	return status.Errorf(codes.Internal, "store error: %v", err)
 }

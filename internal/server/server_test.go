@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -248,22 +250,28 @@ func TestGetRulesAndReload(t *testing.T) {
 	}
 }
 
-// deadStore fails every call the way an unreachable backend does.
-type deadStore struct{}
+// failingStore fails every call with err.
+type failingStore struct{ err error }
 
-func (deadStore) Acquire(context.Context, []store.AcquireRequest) ([]store.Lease, error) {
-	return nil, store.ErrUnavailable
+func (s failingStore) Acquire(context.Context, []store.AcquireRequest) ([]store.Lease, error) {
+	return nil, s.err
 }
-func (deadStore) Release(context.Context, []store.Return) error { return store.ErrUnavailable }
-func (deadStore) Check(context.Context, *rules.Rule, string, int64) (store.Decision, error) {
-	return store.Decision{}, store.ErrUnavailable
+func (s failingStore) Release(context.Context, []store.Return) error { return s.err }
+func (s failingStore) Check(context.Context, *rules.Rule, string, int64) (store.Decision, error) {
+	return store.Decision{}, s.err
 }
-func (deadStore) Close() error { return nil }
+func (failingStore) Close() error { return nil }
 
-func TestStoreFailureIsUnavailable(t *testing.T) {
-	c, _ := serve(t, deadStore{})
+// A store that cannot be reached is Unavailable (retry, elsewhere); a store
+// that answers with an error is Internal, and nodes must not take it for an
+// outage.
+func TestStoreFailures(t *testing.T) {
+	c, _ := serve(t, failingStore{fmt.Errorf("%w: connection refused", store.ErrUnavailable)})
 	_, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "k"})
 	wantStatus(t, err, codes.Unavailable, "store unavailable")
 	_, err = c.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Want: 1}}})
 	wantStatus(t, err, codes.Unavailable, "store unavailable")
+	broken, _ := serve(t, failingStore{errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")})
+	_, err = broken.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "k"})
+	wantStatus(t, err, codes.Internal, "WRONGTYPE")
 }
