@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,5 +161,20 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool, what string) 
 			t.Fatalf("timed out after %v waiting for %s", within, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A member bound to all interfaces or to a host name advertises an address
+// its peers can reach, never 0.0.0.0.
+func TestGossipAdvertisesReachableAddress(t *testing.T) {
+	for _, bind := range []string{"0.0.0.0:0", "localhost:0"} {
+		g, err := Join(GossipConfig{Name: "n-" + bind, Bind: bind, Fast: true})
+		if err != nil {
+			t.Fatalf("bind %s: %v", bind, err)
+		}
+		if strings.HasPrefix(g.Addr(), "0.0.0.0:") {
+			t.Errorf("bind %s advertises %s", bind, g.Addr())
+		}
+		g.Stop()
 	}
 }

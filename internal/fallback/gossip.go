@@ -109,8 +109,21 @@ func memberlistConfig(cfg GossipConfig) (*memberlist.Config, error) {
 	if mc.BindPort, err = strconv.Atoi(port); err != nil {
 		return nil, fmt.Errorf("fallback: gossip: Bind %q: bad port", bind)
 	}
-	mc.BindAddr, mc.AdvertiseAddr = host, host
-	mc.AdvertisePort = mc.BindPort
+	// Advertise the bound address only when it is a specific IP: for
+	// 0.0.0.0 or a host name, memberlist picks this host's private address,
+	// which is what peers can reach.
+	mc.BindAddr = host
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if ip == nil {
+			addrs, err := net.LookupIP(host)
+			if err != nil || len(addrs) == 0 {
+				return nil, fmt.Errorf("fallback: gossip: Bind %q: cannot resolve %q", bind, host)
+			}
+			mc.BindAddr = addrs[0].String()
+		}
+	} else {
+		mc.AdvertiseAddr, mc.AdvertisePort = host, mc.BindPort
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
