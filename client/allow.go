@@ -86,8 +86,8 @@ func (c *Client) AllowN(ctx context.Context, rule, key string, n int64) (Decisio
 	if rs.table == nil {
 		return c.decideStrict(ctx, rs, key, n)
 	}
-	d, _ := c.take(rs, key, n)
-	return d, nil
+	d, _, err := c.take(ctx, rs, key, n, true)
+	return d, err
 }
 
 // state finds the rule and checks the request's shape.
@@ -120,6 +120,7 @@ func (c *Client) unknownRule(rule string) error {
 // multi-rule check can give them back.
 type spend struct {
 	pool  *lease.Pool
+	gen   uint64 // the pool's lease generation when the tokens were taken
 	share *fallback.Share
 	n     int64
 }
@@ -130,43 +131,53 @@ func (s spend) undo() {
 		s.share.Refund(s.n)
 		s.pool.Unconsume(s.n)
 	case s.pool != nil:
-		s.pool.Give(s.n)
+		s.pool.Give(s.n, s.gen)
 	}
 }
 
 // take decides a leasable rule: lease tokens first, else what the key may
-// do without them.
-func (c *Client) take(rs *ruleState, key string, n int64) (Decision, spend) {
+// do without them. central says a failure: closed rule may ask the
+// allocator about a key it is not serving yet; AllowAll, which must be able
+// to give back what it took, says no and such a key is refused.
+func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, central bool) (Decision, spend, error) {
 	for {
 		p := rs.table.Pool(key)
+		gen := p.Generation()
 		left, ok := p.Take(n)
 		if ok {
-			return Decision{Allowed: true, Limit: rs.rule.Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name}, spend{pool: p, n: n}
+			return Decision{Allowed: true, Limit: rs.rule.Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name},
+				spend{pool: p, gen: gen, n: n}, nil
 		}
 		if left >= 0 {
-			return c.withoutLease(rs, p, key, n)
+			return c.withoutLease(ctx, rs, p, key, n, central)
 		}
 		// The pool was evicted under us; the table now has a fresh one.
 	}
 }
 
 // withoutLease decides when the pool is empty. A key the allocator is
-// serving waits for its next lease; a key it is not serving (new, or the
+// serving waits for its next lease. A key it is not serving (new, or the
 // allocator unreachable) uses the node's fallback share, reported later as
-// consumed — unless the rule fails closed and the allocator is down.
-func (c *Client) withoutLease(rs *ruleState, p *lease.Pool, key string, n int64) (Decision, spend) {
+// consumed — except under a failure: closed rule, which never admits
+// without the allocator: it asks it for this request (Check) while the
+// first lease is on its way, and denies when it is down.
+func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool, key string, n int64, central bool) (Decision, spend, error) {
 	r := rs.rule
 	now := c.cfg.clock.Now()
 	down := c.mgr.Down()
 	if c.closed.Load() || (p.Served() && !down) {
 		p.Refused(n)
 		rs.counts.decide(false, ModeLease)
-		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n, now), Mode: ModeLease, Rule: r.Name}, spend{}
+		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n, now), Mode: ModeLease, Rule: r.Name}, spend{}, nil
 	}
-	if down && r.Failure == rules.FailClosed {
-		p.Refused(n)
+	if r.Failure == rules.FailClosed {
+		p.Refused(n) // demand for the rate estimate; it also asks for the first lease
+		if !down && central {
+			d, err := c.decideStrict(ctx, rs, key, n)
+			return d, spend{}, err
+		}
 		rs.counts.decide(false, ModeFallback)
-		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, spend{}
+		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, spend{}, nil
 	}
 	share := rs.shares.Get(r, key, now)
 	nodes := c.nodesFor(p.Holders())
@@ -183,9 +194,9 @@ func (c *Client) withoutLease(rs *ruleState, p *lease.Pool, key string, n int64)
 	d := Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,
 		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback, Rule: r.Name}
 	if !bd.Allowed {
-		return d, spend{}
+		return d, spend{}, nil
 	}
-	return d, spend{pool: p, share: share, n: n}
+	return d, spend{pool: p, share: share, n: n}, nil
 }
 
 // leaseRetry estimates when a starved key may pass: not before its next

@@ -365,3 +365,34 @@ func TestNewAfterFailureReusesRegisterer(t *testing.T) {
 	}
 	_ = c
 }
+
+// A failure: closed rule never admits without the allocator: a key it does
+// not serve yet is decided centrally, so a fleet cannot pass the limit on
+// new keys whatever each node believes the fleet size to be.
+func TestClosedRuleNewKeysAreDecidedCentrally(t *testing.T) {
+	a := memoryAllocator(t, `
+rules:
+  - name: shut
+    algorithm: token_bucket
+    limit: 5
+    period: 1h
+    failure: closed
+`)
+	var nodes []*client.Client
+	for range 3 {
+		nodes = append(nodes, newClient(t, client.Config{Allocators: []string{a.Addr()}, CheckTimeout: 5 * time.Second}))
+	}
+	admitted := 0
+	for _, c := range nodes {
+		for range 5 {
+			if c.Allow(context.Background(), "shut", "new-key") {
+				admitted++
+			}
+		}
+	}
+	// At most 5; fewer when a lease lands on a node after its last attempt
+	// and its token goes unused.
+	if admitted > 5 || admitted < 3 {
+		t.Fatalf("3 nodes admitted %d on a new key of a closed 5-per-hour rule, want 5 at most (each node alone would allow 5)", admitted)
+	}
+}

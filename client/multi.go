@@ -45,10 +45,10 @@ func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Deci
 		if i == strict {
 			continue
 		}
-		d, s := c.take(states[i], l.Key, n)
-		if !d.Allowed {
+		d, s, err := c.take(ctx, states[i], l.Key, n, false)
+		if err != nil || !d.Allowed {
 			undo()
-			return d, nil
+			return d, err
 		}
 		spent = append(spent, s)
 		all = tighter(all, d)

@@ -442,3 +442,26 @@ func TestCloseReturnsGrantInFlight(t *testing.T) {
 	}
 	_ = p
 }
+
+// Tokens given back after their lease ended stay gone.
+func TestGiveAfterExpiryIsDropped(t *testing.T) {
+	f := newFixture(t)
+	p := f.table("short").Pool("k")
+	f.step(time.Millisecond, time.Millisecond)
+	deadline := time.Now().Add(time.Second)
+	for p.Tokens() == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond)
+	}
+	gen := p.Generation()
+	if _, ok := p.Take(10); !ok {
+		t.Fatal("no lease")
+	}
+	f.tr.down.Store(true) // no new lease may arrive
+	f.step(5*time.Millisecond, time.Millisecond)
+	p.Give(10, gen)
+	if got := p.Tokens(); got != 0 {
+		t.Fatalf("tokens %d after giving back into an ended lease, want 0", got)
+	}
+	gen = p.Generation()
+	p.Give(0, gen) // same generation: accepted (nothing to add)
+}

@@ -20,6 +20,7 @@ const evicted = math.MinInt64 / 2
 // else about the pool is the manager goroutine's.
 type Pool struct {
 	tokens atomic.Int64 // spendable leased tokens; < 0 once evicted
+	gen    atomic.Uint64 // bumped when tokens leave because their lease ended
 	low    atomic.Int64 // below this many tokens a refill is requested
 	queued atomic.Bool  // a refill is queued or in flight (at most one per key)
 
@@ -97,13 +98,18 @@ func (p *Pool) Take(n int64) (left int64, ok bool) {
 	}
 }
 
-// Give puts back n tokens that Take took: a multi-rule check that failed on
-// another rule. The tokens were never used, so they keep their lease.
-func (p *Pool) Give(n int64) {
+// Generation changes whenever tokens are removed because their lease
+// ended; Give needs the value read before the Take it undoes.
+func (p *Pool) Generation() uint64 { return p.gen.Load() }
+
+// Give puts back n tokens that Take took (a multi-rule check that failed on
+// another rule), if their lease has not ended since: gen is Generation as
+// read before that Take.
+func (p *Pool) Give(n int64, gen uint64) {
 	for {
 		v := p.tokens.Load()
-		if v < 0 {
-			return // evicted: the manager has already returned what was left
+		if v < 0 || p.gen.Load() != gen {
+			return // evicted, or the tokens' lease is over: they are gone
 		}
 		if p.tokens.CompareAndSwap(v, v+n) {
 			return

@@ -41,12 +41,14 @@ func (m *Manager) sweep(now time.Time) {
 func (m *Manager) expire(p *Pool, now time.Time) {
 	o := &p.own
 	if o.carry > 0 && !now.Before(o.carryExpiry) {
+		p.gen.Add(1)
 		if left := o.carry - (p.taken() - o.takenAtCarry); left > 0 {
 			p.remove(left)
 		}
 		o.carry = 0
 	}
 	if !o.expiry.IsZero() && !now.Before(o.expiry) {
+		p.gen.Add(1)
 		p.remove(math.MaxInt64)
 		o.expiry, o.carry = time.Time{}, 0
 	}
