@@ -19,10 +19,10 @@ const evicted = math.MinInt64 / 2
 // atomic compare-and-swap, no clock, no lock, no allocation. Everything
 // else about the pool is the manager goroutine's.
 type Pool struct {
-	tokens atomic.Int64 // spendable leased tokens; < 0 once evicted
+	tokens atomic.Int64  // spendable leased tokens; < 0 once evicted
 	gen    atomic.Uint64 // bumped when tokens leave because their lease ended
-	low    atomic.Int64 // below this many tokens a refill is requested
-	queued atomic.Bool  // a refill is queued or in flight (at most one per key)
+	low    atomic.Int64  // below this many tokens a refill is requested
+	queued atomic.Bool   // a refill is queued or in flight (at most one per key)
 
 	// served is true while the allocator is deciding for this key: it has
 	// answered an Acquire for it within the lease TTL (with or without
