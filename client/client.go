@@ -286,7 +286,9 @@ func (c *Client) fetchRules(ctx context.Context) error {
 }
 
 // rulesLoop refetches the rules when the allocator reports a new version,
-// on request, and every half minute.
+// on request, and every half minute; never twice within refetchGap, so that
+// allocators that disagree about the rules (one failed its reload) cannot
+// make the node apply one set, then the other, then the first again.
 func (c *Client) rulesLoop() {
 	defer c.done.Done()
 	t := c.cfg.clock.NewTimer(30 * time.Second)
@@ -304,9 +306,18 @@ func (c *Client) rulesLoop() {
 		}
 		cancel()
 		t.Stop()
-		t.Reset(30 * time.Second)
+		t.Reset(refetchGap)
+		select {
+		case <-c.stop:
+			return
+		case <-t.C():
+		}
+		t.Reset(30*time.Second - refetchGap)
 	}
 }
+
+// refetchGap is the least time between two fetches of the rules.
+const refetchGap = 2 * time.Second
 
 func (c *Client) requestRules() {
 	select {

@@ -317,7 +317,7 @@ func TestGossipSizesTheFallbackShare(t *testing.T) {
 		}
 		nodes = append(nodes, newClient(t, cfg))
 	}
-	waitUntil(t, 10*time.Second, func() bool {
+	waitUntil(t, 20*time.Second, func() bool {
 		for _, n := range nodes {
 			if n.Nodes() != 4 {
 				return false

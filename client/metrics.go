@@ -134,7 +134,11 @@ func (c *Client) leaseHooks() lease.Hooks {
 			c.logMode("allot: allocator unreachable: keys without lease tokens use their fallback share (limit/N)",
 				"nodes", c.fleetSize())
 		},
-		RulesVersion: func(string) { c.requestRules() },
+		RulesVersion: func(v string) {
+			if v != c.rules.Load().version {
+				c.requestRules()
+			}
+		},
 		Taken: func(rule string, tokens int64) {
 			if rs := c.rules.Load().byName[rule]; rs != nil {
 				rs.counts.allowed[ModeLease].Add(float64(tokens))

@@ -96,6 +96,7 @@ func memberlistConfig(cfg GossipConfig) (*memberlist.Config, error) {
 		mc.ProbeTimeout = 150 * time.Millisecond  // loopback answers in microseconds, even on a busy CI box
 		mc.SuspicionMult = 3                      // and declared dead about a second later
 		mc.GossipInterval = 50 * time.Millisecond // news spreads within a few rounds
+		mc.PushPullInterval = time.Second         // and a full sync repairs what a busy box dropped
 	}
 	mc.Name = cfg.Name
 	bind := cfg.Bind

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,7 @@ type storeTransport struct {
 	released int64
 	down     atomic.Bool
 	during   func() // runs inside Acquire, while the request is in flight
+	reject   string // a key whose presence fails the whole batch
 }
 
 var errDown = errors.New("allocator unreachable")
@@ -34,6 +36,14 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 	}
 	if tr.during != nil {
 		tr.during()
+	}
+	for _, r := range reqs {
+		if tr.reject != "" && r.Key == tr.reject {
+			tr.mu.Lock()
+			tr.batches = append(tr.batches, len(reqs))
+			tr.mu.Unlock()
+			return nil, "", fmt.Errorf("%w: requests: key %q", ErrRejected, r.Key)
+		}
 	}
 	sreqs := make([]store.AcquireRequest, len(reqs))
 	for i, r := range reqs {
@@ -464,4 +474,25 @@ func TestGiveAfterExpiryIsDropped(t *testing.T) {
 	}
 	gen = p.Generation()
 	p.Give(0, gen) // same generation: accepted (nothing to add)
+}
+
+// One key the allocator rejects does not hold up the keys it shared a
+// batch with: they ask again alone, at once.
+func TestRejectedBatchIsolatesTheBadKey(t *testing.T) {
+	f := newFixture(t)
+	f.tr.reject = "bad"
+	good := f.table("day").Pool("good")
+	bad := f.table("day").Pool("bad")
+	f.step(2*time.Millisecond, time.Millisecond)
+	if got := good.Tokens(); got != 100 {
+		t.Fatalf("good key holds %d after a batch rejected for another key, want its lease of 100 (batches %v)", got, f.tr.calls())
+	}
+	if bad.Tokens() != 0 {
+		t.Fatal("the rejected key got tokens")
+	}
+	calls := len(f.tr.calls())
+	f.step(500*time.Millisecond, 50*time.Millisecond)
+	if got := len(f.tr.calls()); got != calls {
+		t.Fatalf("%d more calls within the rejected key's second of backoff", got-calls)
+	}
 }

@@ -285,10 +285,22 @@ func (m *Manager) flush(now time.Time) {
 		m.flushAt = m.nextAttempt
 		return
 	}
-	for len(m.pending) > 0 {
-		n := min(len(m.pending), m.cfg.MaxBatch)
-		m.send(m.pending[:n:n], now)
-		m.pending = m.pending[n:]
+	batch := make([]*Pool, 0, min(len(m.pending), m.cfg.MaxBatch))
+	for _, p := range m.pending {
+		switch {
+		case p.table.gone.Load() || p.tokens.Load() < 0: // its rule went, or it left its table
+			p.queued.Store(false)
+		case p.own.solo: // in a batch the allocator rejected: asks alone
+			m.send([]*Pool{p}, now)
+		default:
+			if batch = append(batch, p); len(batch) == m.cfg.MaxBatch {
+				m.send(batch, now)
+				batch = make([]*Pool, 0, m.cfg.MaxBatch)
+			}
+		}
+	}
+	if len(batch) > 0 {
+		m.send(batch, now)
 	}
 	m.pending = nil
 }
@@ -356,13 +368,9 @@ func (m *Manager) failed(r result, now time.Time) {
 		f := p.own.inFlight
 		p.restoreConsumed(f.consumed, f.age, f.sent)
 		p.own.inFlight = nil
-		if rejected {
-			p.notBefore.Store(now.Add(time.Second).UnixNano())
-			p.queued.Store(false)
-		}
 	}
 	if rejected {
-		m.cfg.Logger.Warn("allocator rejected a lease request", "keys", len(r.pools), "err", r.err)
+		m.rejected(r, now)
 		return
 	}
 	m.reachable(false)
@@ -372,6 +380,24 @@ func (m *Manager) failed(r result, now time.Time) {
 	for _, p := range r.pools {
 		m.schedule(p, m.nextAttempt)
 	}
+}
+
+// rejected handles a batch the allocator refused as a whole (one key of a
+// rule it no longer knows, say): each key asks again alone, at once, so
+// that one bad key costs the others a round trip, not a second; a key
+// rejected alone waits a second.
+func (m *Manager) rejected(r result, now time.Time) {
+	if len(r.pools) > 1 {
+		for _, p := range r.pools {
+			p.own.solo = true
+			m.schedule(p, now)
+		}
+		return
+	}
+	p := r.pools[0]
+	p.notBefore.Store(now.Add(time.Second).UnixNano())
+	p.queued.Store(false)
+	m.cfg.Logger.Warn("allocator rejected a lease request", "rule", p.table.name, "err", r.err)
 }
 
 func (m *Manager) reachable(up bool) {
@@ -385,7 +411,7 @@ func (m *Manager) reachable(up bool) {
 // grant puts a lease into its pool.
 func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	f := p.own.inFlight
-	p.own.inFlight = nil
+	p.own.inFlight, p.own.solo = nil, false
 	r := p.table.Rule()
 	p.holders.Store(int32(min(g.Holders, math.MaxInt32)))
 	p.remaining.Store(g.Remaining)

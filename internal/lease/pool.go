@@ -65,6 +65,7 @@ type managerState struct {
 	size         int64 // the lease size to ask for
 	epoch        int64
 	inFlight     *flight
+	solo         bool // asks in a batch of its own after a rejected batch
 }
 
 // flight is one key's part of an Acquire in flight.
