@@ -26,10 +26,7 @@ func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lea
 		}
 	}
 	done := t.c.metrics.rpc("Acquire")
-	// Waiting for a connection (within the call's short deadline) lets a
-	// refill go out the moment a restarted allocator accepts connections,
-	// rather than at the manager's next attempt.
-	resp, err := t.c.api.Acquire(ctx, req, grpc.WaitForReady(true))
+	resp, err := t.c.api.Acquire(ctx, req, t.c.probing())
 	done(err)
 	if err != nil {
 		return nil, "", t.c.classify(err)
@@ -48,12 +45,20 @@ func (t grpcTransport) Release(ctx context.Context, rets []lease.Return) error {
 		req.Returns[i] = &allotv1.Return{Rule: r.Rule, Key: r.Key, Tokens: r.Tokens, Epoch: r.Epoch}
 	}
 	done := t.c.metrics.rpc("Release")
-	_, err := t.c.api.Release(ctx, req, grpc.WaitForReady(true))
+	_, err := t.c.api.Release(ctx, req, t.c.probing())
 	done(err)
 	if err != nil {
 		return t.c.classify(err)
 	}
 	return nil
+}
+
+// probing makes a call made while the allocator is thought down wait for a
+// connection (within the call's short deadline), so that a refill goes out
+// the moment a restarted allocator accepts; while it is up, calls fail fast,
+// so that an outage is noticed at once.
+func (c *Client) probing() grpc.CallOption {
+	return grpc.WaitForReady(c.mgr.Down())
 }
 
 // classify marks the errors that retrying will not cure, so the lease
