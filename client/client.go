@@ -251,13 +251,7 @@ func (c *Client) Nodes() int { return c.fleetSize() }
 
 // fleetSize is N before any key-specific hint: live gossip nodes, else the
 // configured size.
-func (c *Client) fleetSize() int {
-	gossip := 0
-	if c.gossip != nil {
-		gossip = c.gossip.Nodes()
-	}
-	return fallback.Nodes(gossip, 0, c.cfg.Nodes)
-}
+func (c *Client) fleetSize() int { return c.nodesFor(0) }
 
 // nodesFor is N for one key: gossip, else the allocator's holders count
 // for the key, else configuration.

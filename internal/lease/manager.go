@@ -542,5 +542,3 @@ func (m *Manager) Close(ctx context.Context) error {
 	return m.returnAll(ctx)
 }
 
-// Nodes reports the manager's idea of the fleet size, for tests and logs.
-func (m *Manager) Nodes() int { return m.cfg.Nodes() }
