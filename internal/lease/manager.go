@@ -541,4 +541,3 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	return m.returnAll(ctx)
 }
-
