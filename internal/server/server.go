@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -98,7 +99,7 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 		resp.Leases[i] = &allotv1.Lease{
 			Rule: r.Name, Key: reqs[i].Key, Granted: l.Granted, Ttl: durationpb.New(l.TTL),
 			RetryAfter: durationpb.New(l.RetryAfter), Holders: uint32(l.Holders),
-			Limit: r.Limit, Remaining: l.Remaining, Epoch: l.Epoch,
+			Limit: r.Limit, Remaining: l.Remaining, Epoch: l.Epoch, Rate: l.Rate,
 		}
 		s.metrics.observeLease(r.Name, reqs[i].Want, l.Granted)
 	}
@@ -129,6 +130,13 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		if err := s.limits.checkTokens(field+".consumed", lr.GetConsumed()); err != nil {
 			return nil, err
 		}
+		if err := s.limits.checkTokens(field+".returned", lr.GetReturned()); err != nil {
+			return nil, err
+		}
+		wantRate := lr.GetWantRate()
+		if math.IsNaN(wantRate) || math.IsInf(wantRate, 0) || wantRate < 0 {
+			return nil, invalid(field+".want_rate", "must be a finite rate of zero or more tokens per second, got %v", wantRate)
+		}
 		age := lr.GetConsumedAge().AsDuration()
 		if age < 0 {
 			return nil, invalid(field+".consumed_age", "must not be negative, got %v", age)
@@ -140,9 +148,11 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		seen[k] = i
 		// A node sizing its lease from an older rule set may ask for more
 		// than the rule now allows; that is not an error, just a cap.
+		// So may its wanted rate pass the rule's: capped as well.
 		want := min(lr.GetWant(), r.Lease.Max)
 		out[i] = store.AcquireRequest{Rule: r, Key: lr.GetKey(), Node: req.GetNodeId(), Want: want,
-			Consumed: lr.GetConsumed(), ConsumedAge: min(age, maxConsumedAge)}
+			Consumed: lr.GetConsumed(), ConsumedAge: min(age, maxConsumedAge), WantRate: min(wantRate, r.Rate()),
+			Returned: lr.GetReturned(), ReturnedEpoch: lr.GetReturnedEpoch()}
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -120,6 +121,10 @@ func TestBadAcquireRequests(t *testing.T) {
 		{"negative want", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Want: -1}}}, codes.InvalidArgument, "requests[0].want"},
 		{"negative consumed", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Consumed: -5}}}, codes.InvalidArgument, "requests[0].consumed"},
 		{"huge want", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Want: 1 << 62}}}, codes.InvalidArgument, "requests[0].want"},
+		{"negative want_rate", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", WantRate: -1}}}, codes.InvalidArgument, "requests[0].want_rate"},
+		{"NaN want_rate", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", WantRate: math.NaN()}}}, codes.InvalidArgument, "requests[0].want_rate"},
+		{"infinite want_rate", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", WantRate: math.Inf(1)}}}, codes.InvalidArgument, "requests[0].want_rate"},
+		{"negative returned", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Returned: -3}}}, codes.InvalidArgument, "requests[0].returned"},
 		{"unknown rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "nope", Key: "k", Want: 1}}}, codes.NotFound, "requests[0].rule"},
 		{"malformed rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "no pe", Key: "k", Want: 1}}}, codes.InvalidArgument, "requests[0].rule"},
 		{"strict rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "log", Key: "k", Want: 1}}}, codes.FailedPrecondition, "requests[0].rule"},

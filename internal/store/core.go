@@ -25,8 +25,10 @@ type state struct {
 }
 
 type holder struct {
-	until int64 // µs
-	want  int64
+	until    int64   // µs
+	want     int64   // tokens
+	wantRate float64 // tokens per second the holder asked for as a share
+	rate     float64 // tokens per second of the rule's rate lent until until
 }
 
 // newState is what a missing key means: a full bucket, an empty window.
@@ -53,13 +55,65 @@ const maxWaitUS = 1 << 50
 
 func ceilUS(f float64) int64 { return int64(math.Min(math.Ceil(f), maxWaitUS)) }
 
-// refill adds the tokens earned since the last refill. A clock that steps
-// back earns nothing and does not move the stamp back.
+// ratePerSecond is the rule's rate in tokens per second, computed as the
+// scripts compute it.
+func ratePerSecond(r *rules.Rule) float64 { return float64(r.Limit) * 1e6 / float64(periodUS(r)) }
+
+// refill adds what the central bucket earned since the last refill: the
+// rule's rate, less the shares of it lent to holders, each until its lease
+// ended. Shares never sum above the rate, so the bucket only grows over the
+// interval and capping it at the end is exact. A clock that steps back
+// earns nothing and does not move the stamp back.
 func (st *state) refill(r *rules.Rule, now int64) {
-	if now > st.stamp {
-		st.tokens = math.Min(float64(r.Burst), st.tokens+float64(now-st.stamp)*ratePerUS(r))
-		st.stamp = now
+	if now <= st.stamp {
+		return
 	}
+	var lent []float64
+	for _, h := range st.holders {
+		if end := min(h.until, now); h.rate > 0 && end > st.stamp {
+			lent = append(lent, h.rate*float64(end-st.stamp)/1e6)
+		}
+	}
+	earned := float64(now-st.stamp)*ratePerUS(r) - sortedSum(lent)
+	st.tokens = math.Min(float64(r.Burst), st.tokens+math.Max(earned, 0))
+	st.stamp = now
+}
+
+// sortedSum adds xs in ascending order, so that the scripts, which meet the
+// holders in another order, reach the same float.
+func sortedSum(xs []float64) float64 {
+	slices.Sort(xs)
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum
+}
+
+// lentRate is the sum of the shares active at now, in tokens per second.
+func (st *state) lentRate(now int64) float64 {
+	var rates []float64
+	for _, h := range st.holders {
+		if h.rate > 0 && h.until > now {
+			rates = append(rates, h.rate)
+		}
+	}
+	return sortedSum(rates)
+}
+
+// refillWait is how long the central bucket takes to earn need tokens at
+// the part of the rate no share holds; with all of it lent, the shares end
+// or are renewed within a TTL, so it says a TTL plus the time at the full
+// rate.
+func (st *state) refillWait(r *rules.Rule, now, ttl int64, need float64) int64 {
+	if need <= 0 {
+		return 0
+	}
+	wait := float64(ttl) + need/ratePerUS(r)
+	if free := ratePerUS(r) - st.lentRate(now)/1e6; free > 0 {
+		wait = math.Min(wait, need/free)
+	}
+	return ceilUS(wait)
 }
 
 // roll moves a window state to the window holding now and returns that
@@ -86,9 +140,10 @@ func (st *state) estimate(r *rules.Rule, now, start int64) float64 {
 	return st.prev*weight + st.tokens
 }
 
-// hold records node as a holder wanting want until now+ttl, forgets expired
-// holders, and returns the wants of the other active holders and the count.
-func (st *state) hold(node string, want, now, ttl int64) (others []int64, count int) {
+// hold records node as a holder wanting want tokens and wantRate tokens per
+// second until now+ttl, forgets expired holders, and returns the wants of
+// the other active holders and the count. Its share, if any, is lendRate's.
+func (st *state) hold(node string, want int64, wantRate float64, now, ttl int64) (others []int64, count int) {
 	if st.holders == nil {
 		st.holders = make(map[string]holder)
 	}
@@ -99,8 +154,51 @@ func (st *state) hold(node string, want, now, ttl int64) (others []int64, count 
 			others = append(others, h.want)
 		}
 	}
-	st.holders[node] = holder{until: now + ttl, want: want}
+	st.holders[node] = holder{until: now + ttl, want: want, wantRate: wantRate}
 	return others, len(st.holders)
+}
+
+// lendRate lends node, which hold has just recorded, a share of the rule's
+// rate for its lease: the water-filling level of the active holders' wanted
+// rates, and never more than the other holders' shares leave, so that the
+// shares sum to at most the rate at every instant (Doorman's rule: a holder
+// whose fair share shrank keeps its old one until it renews, and the others
+// grow as it does). A bucket in debt keeps back the part of its rate that
+// repays the debt within a TTL.
+func (st *state) lendRate(r *rules.Rule, node string, ttl int64) float64 {
+	self := st.holders[node]
+	if self.wantRate <= 0 {
+		return 0
+	}
+	rate := ratePerSecond(r)
+	avail := rate - math.Min(rate, math.Max(-st.tokens, 0)*1e6/float64(ttl))
+	var wants, held []float64
+	for n, h := range st.holders {
+		wants = append(wants, h.wantRate)
+		if n != node {
+			held = append(held, h.rate)
+		}
+	}
+	share := math.Min(self.wantRate, waterLevel(avail, wants))
+	share = math.Max(math.Min(share, avail-sortedSum(held)), 0)
+	self.rate = share
+	st.holders[node] = self
+	return share
+}
+
+// waterLevel is the level at which the wants, each capped at it, sum to
+// avail: infinite when they all fit.
+func waterLevel(avail float64, wants []float64) float64 {
+	slices.Sort(wants)
+	rem, n := avail, float64(len(wants))
+	for _, w := range wants {
+		if share := rem / n; w > share {
+			return share
+		}
+		rem -= w
+		n--
+	}
+	return math.Inf(1)
 }
 
 // fairGrant lends at most want and at most avail. When the holders together
@@ -120,19 +218,11 @@ func fairGrant(avail, want int64, others []int64) int64 {
 	if total <= avail {
 		return want
 	}
-	wants := append(slices.Clone(others), want)
-	slices.Sort(wants)
-	rem, n := float64(avail), float64(len(wants))
-	level := math.Inf(1)
-	for _, w := range wants {
-		share := rem / n
-		if float64(w) > share {
-			level = share
-			break
-		}
-		rem -= float64(w)
-		n--
+	wants := make([]float64, 0, len(others)+1)
+	for _, w := range others {
+		wants = append(wants, float64(w))
 	}
+	level := waterLevel(float64(avail), append(wants, float64(want)))
 	g := min(want, int64(math.Floor(math.Min(level, float64(want)))))
 	if g < 1 {
 		g = 1
@@ -159,20 +249,23 @@ func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
 func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	capacity, rate := float64(r.Burst), ratePerUS(r)
 	st.refill(r, now)
+	st.tokens = math.Min(capacity, st.tokens+float64(req.Returned))
 	repaid := float64(req.ConsumedAge.Microseconds()) * rate
 	floor := math.Min(st.tokens, -math.Max(capacity-repaid, 0))
 	st.tokens = math.Max(st.tokens-float64(req.Consumed), floor)
-	others, holders := st.hold(req.Node, req.Want, now, ttl)
+	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
-	l := Lease{Granted: g, TTL: us(ttl), Holders: holders}
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Rate: st.lendRate(r, req.Node, ttl)}
 	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 	if g < req.Want {
 		need := math.Min(float64(req.Want-g), capacity)
 		if st.tokens < need {
-			l.RetryAfter = us(ceilUS((need - st.tokens) / rate))
+			l.RetryAfter = us(st.refillWait(r, now, ttl, need-st.tokens))
 		}
 	}
+	// Every share ends within a TTL; from then on the bucket refills at the
+	// full rate.
 	st.expires = now + ceilUS((capacity-st.tokens)/rate) + ttl
 	return l
 }
@@ -180,12 +273,13 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	limit, p := float64(r.Limit), periodUS(r)
 	epoch, start := st.roll(r, now)
+	st.credit(r, epoch, req.Returned, req.ReturnedEpoch)
 	ceiling := 2 * limit
 	if req.ConsumedAge.Microseconds() >= p {
 		ceiling = math.Max(st.tokens, limit)
 	}
 	st.tokens = math.Min(st.tokens+float64(req.Consumed), ceiling)
-	others, holders := st.hold(req.Node, req.Want, now, ttl)
+	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {
 		used = st.estimate(r, now, start)
@@ -229,21 +323,30 @@ func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64) int64 {
 }
 
 // release credits returned tokens (never above capacity, never into a window
-// that has ended) and forgets the node as a holder.
+// that has ended) and forgets the node as a holder, ending its share: the
+// refill first counts the share up to now.
 func (st *state) release(r *rules.Rule, now int64, ret *Return) {
-	delete(st.holders, ret.Node)
-	n := float64(ret.Tokens)
 	switch r.Algorithm {
 	case rules.TokenBucket:
 		st.refill(r, now)
-		st.tokens = math.Min(float64(r.Burst), st.tokens+n)
+		delete(st.holders, ret.Node)
+		st.tokens = math.Min(float64(r.Burst), st.tokens+float64(ret.Tokens))
 	case rules.FixedWindow, rules.SlidingWindow:
+		delete(st.holders, ret.Node)
 		epoch, _ := st.roll(r, now)
-		switch ret.Epoch {
-		case epoch:
-			st.tokens = math.Max(st.tokens-n, 0)
-		case epoch - 1:
-			st.prev = math.Max(st.prev-n, 0)
+		st.credit(r, epoch, ret.Tokens, ret.Epoch)
+	}
+}
+
+// credit takes n tokens of the window of index from back out of a window
+// state whose current index is epoch: only while that window still counts.
+func (st *state) credit(r *rules.Rule, epoch, n, from int64) {
+	switch from {
+	case epoch:
+		st.tokens = math.Max(st.tokens-float64(n), 0)
+	case epoch - 1:
+		if r.Algorithm == rules.SlidingWindow {
+			st.prev = math.Max(st.prev-float64(n), 0)
 		}
 	}
 }
@@ -269,10 +372,10 @@ func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
 		st.tokens -= float64(cost)
 		d.Allowed = true
 	} else {
-		d.RetryAfter = us(ceilUS((float64(cost) - st.tokens) / rate))
+		d.RetryAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), float64(cost)-st.tokens))
 	}
 	d.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
-	d.ResetAfter = us(ceilUS((capacity - st.tokens) / rate))
+	d.ResetAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), capacity-st.tokens))
 	st.expires = now + ceilUS((capacity-st.tokens)/rate) + r.Lease.TTL.Microseconds()
 	return d
 }

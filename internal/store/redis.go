@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -193,10 +195,15 @@ func (s *Redis) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, er
 	}
 	out := make([]Lease, len(reqs))
 	for i, v := range replies {
-		if len(v) != 6 {
+		if len(v) != 7 {
 			return nil, badReply("acquire", v)
 		}
-		out[i] = Lease{Granted: v[0], Remaining: v[1], TTL: us(v[2]), RetryAfter: us(v[3]), Holders: int(v[4]), Epoch: v[5]}
+		ints, rate, err := leaseReply(v)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Lease{Granted: ints[0], Remaining: ints[1], TTL: us(ints[2]), RetryAfter: us(ints[3]),
+			Holders: int(ints[4]), Epoch: ints[5], Rate: rate}
 	}
 	return out, nil
 }
@@ -232,14 +239,41 @@ func (s *Redis) Check(ctx context.Context, r *rules.Rule, key string, cost int64
 		return Decision{}, err
 	}
 	v := replies[0]
-	if len(v) != 4 {
-		return Decision{}, badReply("check", v)
+	var ints [4]int64
+	for i := range ints {
+		n, ok := v[i].(int64)
+		if len(v) != len(ints) || !ok {
+			return Decision{}, badReply("check", v)
+		}
+		ints[i] = n
 	}
-	return Decision{Allowed: v[0] == 1, Limit: r.Limit, Remaining: v[1], RetryAfter: us(v[2]), ResetAfter: us(v[3])}, nil
+	return Decision{Allowed: ints[0] == 1, Limit: r.Limit, Remaining: ints[1], RetryAfter: us(ints[2]), ResetAfter: us(ints[3])}, nil
 }
 
-func badReply(op string, v []int64) error {
+func badReply(op string, v []any) error {
 	return fmt.Errorf("store: redis %s script replied %v", op, v)
+}
+
+// leaseReply reads an acquire script's reply: six integers, then the rate
+// lent as a string (Redis would truncate a Lua number to an integer).
+func leaseReply(v []any) ([6]int64, float64, error) {
+	var ints [6]int64
+	for i := range ints {
+		n, ok := v[i].(int64)
+		if !ok {
+			return ints, 0, badReply("acquire", v)
+		}
+		ints[i] = n
+	}
+	s, ok := v[6].(string)
+	if !ok {
+		return ints, 0, badReply("acquire", v)
+	}
+	rate, err := strconv.ParseFloat(s, 64)
+	if err != nil || rate < 0 || math.IsInf(rate, 0) {
+		return ints, 0, badReply("acquire", v)
+	}
+	return ints, rate, nil
 }
 
 // scriptCall is one script run on one key.
@@ -257,7 +291,8 @@ func ruleArgs(op string, r *rules.Rule, extra ...any) []any {
 }
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
-	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), ruleArgs("a", req.Rule, req.Node, req.Want, req.Consumed, req.ConsumedAge.Microseconds())}
+	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), ruleArgs("a", req.Rule, req.Node, req.Want, req.Consumed,
+		req.ConsumedAge.Microseconds(), req.WantRate, req.Returned, req.ReturnedEpoch)}
 }
 
 func (s *Redis) releaseCall(ret *Return) scriptCall {
@@ -284,7 +319,7 @@ func (s *Redis) key(r *rules.Rule, key string) string {
 // the source and caches it for the next EVALSHA. NOSCRIPT means the script
 // did not run, so the retry cannot apply a request twice. The deadline
 // covers both round trips.
-func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]int64, error) {
+func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]any, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
@@ -295,12 +330,12 @@ func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]int64, erro
 	if clearNoScript(cmds) {
 		s.send(ctx, calls, cmds, true)
 	}
-	out := make([][]int64, len(calls))
+	out := make([][]any, len(calls))
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
 			return nil, s.failure(parent, err)
 		}
-		v, err := cmd.Int64Slice()
+		v, err := cmd.Slice()
 		if err != nil {
 			return nil, fmt.Errorf("store: redis script %s replied %v: %w", calls[i].script.name, cmd.Val(), err)
 		}

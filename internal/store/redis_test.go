@@ -131,6 +131,12 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 			if rng.IntN(5) == 0 {
 				req.Consumed = rng.Int64N(16)
 			}
+			if rng.IntN(2) == 0 { // a rate share, up to 3/4 of the rule's rate
+				req.WantRate = req.Rule.Rate() * 0.75 * rng.Float64()
+			}
+			if rng.IntN(5) == 0 {
+				req.Returned = rng.Int64N(11)
+			}
 			op.reqs = append(op.reqs, req)
 		}
 		return op
@@ -152,15 +158,23 @@ func runOp(s store.Store, op parityOp, epochs map[string]int64) (string, error) 
 	var b strings.Builder
 	switch op.kind {
 	case "acquire":
-		ls, err := s.Acquire(ctx, op.reqs)
+		reqs := append([]store.AcquireRequest(nil), op.reqs...)
+		for i := range reqs {
+			reqs[i].ReturnedEpoch = epochs[reqs[i].Rule.Name+"|"+reqs[i].Key]
+		}
+		ls, err := s.Acquire(ctx, reqs)
 		if err != nil {
 			return "", err
 		}
 		for i, l := range ls {
 			req := op.reqs[i]
 			epochs[req.Rule.Name+"|"+req.Key] = l.Epoch
-			fmt.Fprintf(&b, "[%s %s %s want %d consumed %d: granted %d remaining %d holders %d ttl %v retry %t] ",
-				req.Rule.Algorithm, req.Key, req.Node, req.Want, req.Consumed, l.Granted, l.Remaining, l.Holders, l.TTL, l.RetryAfter > 0)
+			// The rate is printed to 9 digits: a bucket in debt by less
+			// than the refill the clocks' difference earns may differ
+			// further down.
+			fmt.Fprintf(&b, "[%s %s %s want %d rate %.9g consumed %d returned %d: granted %d remaining %d holders %d ttl %v retry %t rate %.9g] ",
+				req.Rule.Algorithm, req.Key, req.Node, req.Want, req.WantRate, req.Consumed, req.Returned,
+				l.Granted, l.Remaining, l.Holders, l.TTL, l.RetryAfter > 0, l.Rate)
 		}
 	case "release":
 		rets := append([]store.Return(nil), op.rets...)

@@ -33,6 +33,13 @@ type AcquireRequest struct {
 	Consumed int64 // tokens admitted outside a lease, to debit first, >= 0
 	// ConsumedAge is how long ago the first consumed token was admitted.
 	ConsumedAge time.Duration
+	// WantRate is the node's demand in tokens per second: it asks for a
+	// share of the rule's refill rate for the lease's TTL. 0: tokens only.
+	WantRate float64
+	// Returned are unused tokens given back before the grant, from the
+	// lease of epoch ReturnedEpoch.
+	Returned      int64
+	ReturnedEpoch int64
 }
 
 // Lease is what the store lent.
@@ -43,6 +50,9 @@ type Lease struct {
 	RetryAfter time.Duration // when Granted < Want: when asking again may pay
 	Holders    int           // active holders of the key, the caller included
 	Epoch      int64         // window index for window rules, 0 otherwise
+	// Rate is the share of the rule's refill rate lent to the node for TTL,
+	// in tokens per second; the central bucket does not earn it meanwhile.
+	Rate float64
 }
 
 // Return gives back tokens of a lease.

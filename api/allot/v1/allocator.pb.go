@@ -200,7 +200,19 @@ type LeaseRequest struct {
 	// How long ago the first of the consumed tokens was admitted. A debt the
 	// bucket would have repaid by refilling since then is forgiven, so that a
 	// long outage does not stall the key once the allocator is back.
-	ConsumedAge   *durationpb.Duration `protobuf:"bytes,5,opt,name=consumed_age,json=consumedAge,proto3" json:"consumed_age,omitempty"`
+	ConsumedAge *durationpb.Duration `protobuf:"bytes,5,opt,name=consumed_age,json=consumedAge,proto3" json:"consumed_age,omitempty"`
+	// The node's demand on this key, in tokens per second. It asks for a
+	// share of the rule's refill rate for the lease's life (Lease.rate), so
+	// that the node keeps its part of the rate however long its round trip
+	// to the allocator. Zero asks for tokens only, as nodes did before rate
+	// shares existed.
+	WantRate float64 `protobuf:"fixed64,6,opt,name=want_rate,json=wantRate,proto3" json:"want_rate,omitempty"`
+	// Unused tokens the node gives back with this request (what its rate
+	// share earned beyond what its pool may hold). Credited before the grant,
+	// never above the capacity.
+	Returned int64 `protobuf:"varint,7,opt,name=returned,proto3" json:"returned,omitempty"`
+	// The epoch of the lease the returned tokens came from (see Return.epoch).
+	ReturnedEpoch int64 `protobuf:"varint,8,opt,name=returned_epoch,json=returnedEpoch,proto3" json:"returned_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -268,6 +280,27 @@ func (x *LeaseRequest) GetConsumedAge() *durationpb.Duration {
 		return x.ConsumedAge
 	}
 	return nil
+}
+
+func (x *LeaseRequest) GetWantRate() float64 {
+	if x != nil {
+		return x.WantRate
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetReturned() int64 {
+	if x != nil {
+		return x.Returned
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetReturnedEpoch() int64 {
+	if x != nil {
+		return x.ReturnedEpoch
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -346,7 +379,15 @@ type Lease struct {
 	Remaining int64 `protobuf:"varint,8,opt,name=remaining,proto3" json:"remaining,omitempty"`
 	// The accounting period the tokens belong to (the window for window
 	// rules, 0 for token buckets). Echo it in Release.
-	Epoch         int64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch int64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// A share of the rule's refill rate lent to the node, in tokens per
+	// second, for the lease's TTL (counted like ttl, from when the node sent
+	// the request). The node adds these tokens to its own pool as time passes
+	// and the allocator's bucket stops earning them meanwhile; the shares of
+	// a key's holders never sum above the rule's rate. Zero when the node
+	// asked for none (want_rate 0), as older nodes do, or the rule has no
+	// steady rate to share (window rules).
+	Rate          float64 `protobuf:"fixed64,10,opt,name=rate,proto3" json:"rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -440,6 +481,13 @@ func (x *Lease) GetRemaining() int64 {
 func (x *Lease) GetEpoch() int64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Lease) GetRate() float64 {
+	if x != nil {
+		return x.Rate
 	}
 	return 0
 }
@@ -1015,16 +1063,19 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xa2\x01\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x82\x02\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04want\x18\x03 \x01(\x03R\x04want\x12\x1a\n" +
 	"\bconsumed\x18\x04 \x01(\x03R\bconsumed\x12<\n" +
-	"\fconsumed_age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vconsumedAge\"_\n" +
+	"\fconsumed_age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vconsumedAge\x12\x1b\n" +
+	"\twant_rate\x18\x06 \x01(\x01R\bwantRate\x12\x1a\n" +
+	"\breturned\x18\a \x01(\x03R\breturned\x12%\n" +
+	"\x0ereturned_epoch\x18\b \x01(\x03R\rreturnedEpoch\"_\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +
-	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\"\x94\x02\n" +
+	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\"\xa8\x02\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -1035,7 +1086,9 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\aholders\x18\x06 \x01(\rR\aholders\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x03R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\b \x01(\x03R\tremaining\x12\x14\n" +
-	"\x05epoch\x18\t \x01(\x03R\x05epoch\"U\n" +
+	"\x05epoch\x18\t \x01(\x03R\x05epoch\x12\x12\n" +
+	"\x04rate\x18\n" +
+	" \x01(\x01R\x04rate\"U\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\areturns\x18\x02 \x03(\v2\x10.allot.v1.ReturnR\areturns\"\\\n" +

@@ -11,8 +11,9 @@
 -- KEYS[1] is the one key a call touches (one hash slot on Redis Cluster).
 -- ARGV: op ('a' acquire, 'r' release, 'c' check), limit, period (µs),
 -- burst, lease ttl (µs), then the operation's own arguments: for an
--- acquire node, want, consumed and the consumption's age (µs); for a
--- release node, tokens and epoch; for a check the cost.
+-- acquire node, want, consumed, the consumption's age (µs), the wanted
+-- rate (tokens/s), returned tokens and their epoch; for a release node,
+-- tokens and epoch; for a check the cost.
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -45,29 +46,44 @@ local function call_chunked(cmd, list)
   end
 end
 
+-- parse_holder reads a holder field's value, "<until µs>:<want>" or, with
+-- a rate share, "<until µs>:<want>:<wanted rate>:<lent rate>" (tokens/s).
+local function parse_holder(v)
+  local h, i = {}, 1
+  for part in string.gmatch(v, '[^:]+') do
+    h[i] = tonumber(part)
+    i = i + 1
+  end
+  h[3], h[4] = h[3] or 0, h[4] or 0
+  return h
+end
+
 -- load reads a hash state: scalar fields t (tokens or count), p (previous
--- window), s (stamp or window index), x (expiry, µs), and, for an acquire,
--- the holder fields "h:<node>" = "<until µs>:<want>" (a check or a release
--- reads no holder, so its cost does not grow with them). A missing or
--- expired state is nil; an expired key is deleted so that none of its
--- holders leak into the new state (memory.go replaces the whole state the
--- same way).
+-- window), s (stamp or window index), x (expiry, µs), a (the rate lent to
+-- holders when it was saved, tokens/s), and the holder fields "h:<node>"
+-- (parse_holder). An acquire always reads the holders; a check or a release
+-- reads them only when some of the rate was lent (a token bucket's refill
+-- needs their shares), so that otherwise its cost does not grow with them.
+-- A missing or expired state is nil; an expired key is deleted so that none
+-- of its holders leak into the new state (memory.go replaces the whole state
+-- the same way).
 local function load(now, with_holders)
   local st = { holders = {} }
+  if not with_holders then
+    local v = redis.call('HMGET', key, 't', 'p', 's', 'x', 'a')
+    st.t, st.p, st.s, st.x = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
+    with_holders = (tonumber(v[5]) or 0) > 0
+  end
   if with_holders then
     local raw = redis.call('HGETALL', key)
     for i = 1, #raw, 2 do
       local f, v = raw[i], raw[i + 1]
       if string.sub(f, 1, 2) == 'h:' then
-        local c = string.find(v, ':', 1, true)
-        st.holders[string.sub(f, 3)] = { tonumber(string.sub(v, 1, c - 1)), tonumber(string.sub(v, c + 1)) }
+        st.holders[string.sub(f, 3)] = parse_holder(v)
       elseif f == 't' or f == 'p' or f == 's' or f == 'x' then
         st[f] = tonumber(v)
       end
     end
-  else
-    local v = redis.call('HMGET', key, 't', 'p', 's', 'x')
-    st.t, st.p, st.s, st.x = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
   end
   if st.x == nil or st.x <= now then
     if st.t ~= nil or st.x ~= nil or next(st.holders) ~= nil then
@@ -79,13 +95,53 @@ local function load(now, with_holders)
   return st
 end
 
--- hold records node as a holder wanting want until now+ttl, forgets expired
--- holders, and returns the wants of the other active holders and the count.
-local function hold(st, node, want, now)
+-- sorted_sum adds xs in ascending order, as core.go's sortedSum does, so
+-- that both reach the same float whatever order the holders come in.
+local function sorted_sum(xs)
+  table.sort(xs)
+  local sum = 0
+  for i = 1, #xs do
+    sum = sum + xs[i]
+  end
+  return sum
+end
+
+-- lent_rate is the sum of the shares active at now, tokens per second.
+local function lent_rate(st, now)
+  local rates = {}
+  for _, h in pairs(st.holders) do
+    if h[4] > 0 and h[1] > now then
+      rates[#rates + 1] = h[4]
+    end
+  end
+  return sorted_sum(rates)
+end
+
+-- water_level is core.go's waterLevel: the level at which the wants, each
+-- capped at it, sum to avail; math.huge when they all fit.
+local function water_level(avail, wants)
+  table.sort(wants)
+  local rem, n = avail, #wants
+  for i = 1, #wants do
+    local share = rem / n
+    if wants[i] > share then
+      return share
+    end
+    rem = rem - wants[i]
+    n = n - 1
+  end
+  return math.huge
+end
+
+-- hold records node as a holder wanting want tokens and want_rate tokens
+-- per second until now+ttl, forgets expired holders, and returns the wants
+-- of the other active holders and the count. Its share is lend_rate's.
+local function hold(st, node, want, want_rate, now)
   local others, count, dead = {}, 1, {}
   for n, h in pairs(st.holders) do
     if h[1] <= now then
       dead[#dead + 1] = 'h:' .. n
+      st.holders[n] = nil
     elseif n ~= node then
       others[#others + 1] = h[2]
       count = count + 1
@@ -94,7 +150,8 @@ local function hold(st, node, want, now)
   if #dead > 0 then
     call_chunked('HDEL', dead)
   end
-  st.held = { 'h:' .. node, fmt(now + ttl) .. ':' .. fmt(want) }
+  st.holders[node] = { now + ttl, want, want_rate, 0 }
+  st.held = node
   return others, count
 end
 
@@ -114,18 +171,7 @@ local function fair_grant(avail, want, others)
   for i = 1, #others do
     wants[i + 1] = others[i]
   end
-  table.sort(wants)
-  local rem, n = avail, #wants
-  local level = math.huge
-  for i = 1, #wants do
-    local share = rem / n
-    if wants[i] > share then
-      level = share
-      break
-    end
-    rem = rem - wants[i]
-    n = n - 1
-  end
+  local level = water_level(avail, wants)
   local g = math.min(want, math.floor(math.min(level, want)))
   if g < 1 then
     g = 1
@@ -133,30 +179,47 @@ local function fair_grant(avail, want, others)
   return g
 end
 
--- save writes the given fields, the expiry and a new holder if any, and sets
--- the key's TTL in the same call: no key is ever left without one. The TTL
--- is rounded up to whole milliseconds, so Redis never forgets a state before
--- core.go would; the stored x decides the exact instant.
+-- save writes the given fields, the expiry, the rate lent to holders and
+-- the holder recorded by hold if any, and sets the key's TTL in the same
+-- call: no key is ever left without one. The TTL is rounded up to whole
+-- milliseconds, so Redis never forgets a state before core.go would; the
+-- stored x decides the exact instant.
 local function save(st, now, fields)
   fields[#fields + 1] = 'x'
   fields[#fields + 1] = fmt(st.x)
+  fields[#fields + 1] = 'a'
+  fields[#fields + 1] = fmt(lent_rate(st, now))
   if st.held then
-    fields[#fields + 1] = st.held[1]
-    fields[#fields + 1] = st.held[2]
+    local h = st.holders[st.held]
+    fields[#fields + 1] = 'h:' .. st.held
+    if h[3] > 0 then
+      fields[#fields + 1] = fmt(h[1]) .. ':' .. fmt(h[2]) .. ':' .. fmt(h[3]) .. ':' .. fmt(h[4])
+    else
+      fields[#fields + 1] = fmt(h[1]) .. ':' .. fmt(h[2])
+    end
   end
   redis.call('HSET', key, unpack(fields))
   redis.call('PEXPIRE', key, fmt(math.max(1, math.ceil((st.x - now) / 1000))))
 end
 
 -- forget drops node as a holder (a release).
-local function forget(node)
+local function forget(st, node)
+  st.holders[node] = nil
   redis.call('HDEL', key, 'h:' .. node)
 end
 
 local function dispatch(acquire, release, check)
   local now = now_us()
   if op == 'a' and acquire then
-    return acquire(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]))
+    return acquire(now, {
+      node = ARGV[6],
+      want = tonumber(ARGV[7]),
+      consumed = tonumber(ARGV[8]),
+      age = tonumber(ARGV[9]),
+      want_rate = tonumber(ARGV[10]),
+      returned = tonumber(ARGV[11]),
+      returned_epoch = tonumber(ARGV[12]),
+    })
   elseif op == 'r' and release then
     return release(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))
   elseif op == 'c' then

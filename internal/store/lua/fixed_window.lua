@@ -20,29 +20,38 @@ local function save_window(st, now)
   save(st, now, { 't', fmt(st.t), 's', fmt(st.s) })
 end
 
-local function acquire(now, node, want, consumed, age)
+-- credit takes back tokens of the window of index from, while it is the
+-- current one: a fixed window's past never counts again.
+local function credit(st, epoch, tokens, from)
+  if from == epoch then
+    st.t = math.max(st.t - tokens, 0)
+  end
+end
+
+local function acquire(now, req)
   local st = load(now, true) or fresh()
   local epoch, start = roll(st, now)
+  credit(st, epoch, req.returned, req.returned_epoch)
   local ceiling = 2 * limit
-  if age >= period then
+  if req.age >= period then
     ceiling = math.max(st.t, limit)
   end
-  st.t = math.min(st.t + consumed, ceiling)
-  local others, holders = hold(st, node, want, now)
+  st.t = math.min(st.t + req.consumed, ceiling)
+  local others, holders = hold(st, req.node, req.want, req.want_rate, now)
   local used = st.t
-  local g = fair_grant(math.floor(math.max(limit - used, 0)), want, others)
+  local g = fair_grant(math.floor(math.max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   local remaining = math.floor(math.max(limit - used - g, 0))
   local stop = start + period
   -- Tokens of a window die with it: the window never exceeds its limit.
   local lease_ttl = math.min(ttl, stop - now)
   local retry = 0
-  if g < want and remaining == 0 then
+  if g < req.want and remaining == 0 then
     retry = stop - now
   end
   st.x = stop + ttl
   save_window(st, now)
-  return { g, remaining, lease_ttl, retry, holders, epoch }
+  return { g, remaining, lease_ttl, retry, holders, epoch, '0' }
 end
 
 -- Only a return into the current window is credited; a missing state is an
@@ -52,11 +61,9 @@ local function release(now, node, tokens, ret_epoch)
   if not st then
     return {}
   end
-  forget(node)
+  forget(st, node)
   local epoch = roll(st, now)
-  if ret_epoch == epoch then
-    st.t = math.max(st.t - tokens, 0)
-  end
+  credit(st, epoch, tokens, ret_epoch)
   save_window(st, now)
   return {}
 end

@@ -48,26 +48,37 @@ local function save_window(st, now)
   save(st, now, { 't', fmt(st.t), 'p', fmt(st.p), 's', fmt(st.s) })
 end
 
-local function acquire(now, node, want, consumed, age)
+-- credit takes back tokens of the window of index from, while that window
+-- still counts: as the current one, or as the previous one.
+local function credit(st, epoch, tokens, from)
+  if from == epoch then
+    st.t = math.max(st.t - tokens, 0)
+  elseif from == epoch - 1 then
+    st.p = math.max(st.p - tokens, 0)
+  end
+end
+
+local function acquire(now, req)
   local st = load(now, true) or fresh()
   local epoch, start = roll(st, now)
+  credit(st, epoch, req.returned, req.returned_epoch)
   local ceiling = 2 * limit
-  if age >= period then
+  if req.age >= period then
     ceiling = math.max(st.t, limit)
   end
-  st.t = math.min(st.t + consumed, ceiling)
-  local others, holders = hold(st, node, want, now)
+  st.t = math.min(st.t + req.consumed, ceiling)
+  local others, holders = hold(st, req.node, req.want, req.want_rate, now)
   local used = estimate(st, now, start)
-  local g = fair_grant(math.floor(math.max(limit - used, 0)), want, others)
+  local g = fair_grant(math.floor(math.max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   local remaining = math.floor(math.max(limit - used - g, 0))
   local retry = 0
-  if g < want then
-    retry = sliding_retry(st, now, start, math.min(want - g, limit))
+  if g < req.want then
+    retry = sliding_retry(st, now, start, math.min(req.want - g, limit))
   end
   st.x = start + 2 * period + ttl
   save_window(st, now)
-  return { g, remaining, ttl, retry, holders, epoch }
+  return { g, remaining, ttl, retry, holders, epoch, '0' }
 end
 
 -- A return is credited to the window it was leased in, while that window
@@ -77,13 +88,9 @@ local function release(now, node, tokens, ret_epoch)
   if not st then
     return {}
   end
-  forget(node)
+  forget(st, node)
   local epoch = roll(st, now)
-  if ret_epoch == epoch then
-    st.t = math.max(st.t - tokens, 0)
-  elseif ret_epoch == epoch - 1 then
-    st.p = math.max(st.p - tokens, 0)
-  end
+  credit(st, epoch, tokens, ret_epoch)
   save_window(st, now)
   return {}
 end

@@ -1,45 +1,92 @@
 -- token_bucket.lua: acquireBucket, release and checkBucket of core.go.
 -- State: a hash with t (tokens, may be negative: bounded debt), s (µs of the
--- last refill), x (expiry) and the holders.
+-- last refill), x (expiry), a (rate lent) and the holders.
 
 local capacity = burst
 local rate = limit / period
+local per_second = limit * 1e6 / period
 
 local function fresh(now)
   return { t = capacity, s = now, p = 0, holders = {} }
 end
 
--- A clock that steps back earns nothing and does not move the stamp back.
+-- refill adds what the bucket earned since the last refill: the rule's rate,
+-- less the shares lent to holders, each until its lease ended. A clock that
+-- steps back earns nothing and does not move the stamp back.
 local function refill(st, now)
   if now > st.s then
-    st.t = math.min(capacity, st.t + (now - st.s) * rate)
+    local lent = {}
+    for _, h in pairs(st.holders) do
+      local stop = math.min(h[1], now)
+      if h[4] > 0 and stop > st.s then
+        lent[#lent + 1] = h[4] * (stop - st.s) / 1e6
+      end
+    end
+    local earned = (now - st.s) * rate - sorted_sum(lent)
+    st.t = math.min(capacity, st.t + math.max(earned, 0))
     st.s = now
   end
+end
+
+-- refill_wait is core.go's refillWait: how long until the bucket earns need
+-- tokens at the part of the rate no share holds.
+local function refill_wait(st, now, need)
+  if need <= 0 then
+    return 0
+  end
+  local wait = ttl + need / rate
+  local free = rate - lent_rate(st, now) / 1e6
+  if free > 0 then
+    wait = math.min(wait, need / free)
+  end
+  return ceil_us(wait)
+end
+
+-- lend_rate is core.go's lendRate: node's share of the rule's rate.
+local function lend_rate(st, node)
+  local self = st.holders[node]
+  if self[3] <= 0 then
+    return 0
+  end
+  local avail = per_second - math.min(per_second, math.max(-st.t, 0) * 1e6 / ttl)
+  local wants, held = {}, {}
+  for n, h in pairs(st.holders) do
+    wants[#wants + 1] = h[3]
+    if n ~= node then
+      held[#held + 1] = h[4]
+    end
+  end
+  local share = math.min(self[3], water_level(avail, wants))
+  share = math.max(math.min(share, avail - sorted_sum(held)), 0)
+  self[4] = share
+  return share
 end
 
 local function save_bucket(st, now)
   save(st, now, { 't', fmt(st.t), 's', fmt(st.s) })
 end
 
-local function acquire(now, node, want, consumed, age)
+local function acquire(now, req)
   local st = load(now, true) or fresh(now)
   refill(st, now)
-  local floor = math.min(st.t, -math.max(capacity - age * rate, 0))
-  st.t = math.max(st.t - consumed, floor)
-  local others, holders = hold(st, node, want, now)
-  local g = fair_grant(math.floor(math.max(st.t, 0)), want, others)
+  st.t = math.min(capacity, st.t + req.returned)
+  local floor = math.min(st.t, -math.max(capacity - req.age * rate, 0))
+  st.t = math.max(st.t - req.consumed, floor)
+  local others, holders = hold(st, req.node, req.want, req.want_rate, now)
+  local g = fair_grant(math.floor(math.max(st.t, 0)), req.want, others)
   st.t = st.t - g
+  local share = lend_rate(st, req.node)
   local remaining = math.floor(math.max(st.t, 0))
   local retry = 0
-  if g < want then
-    local need = math.min(want - g, capacity)
+  if g < req.want then
+    local need = math.min(req.want - g, capacity)
     if st.t < need then
-      retry = ceil_us((need - st.t) / rate)
+      retry = refill_wait(st, now, need - st.t)
     end
   end
   st.x = now + ceil_us((capacity - st.t) / rate) + ttl
   save_bucket(st, now)
-  return { g, remaining, ttl, retry, holders, 0 }
+  return { g, remaining, ttl, retry, holders, 0, fmt(share) }
 end
 
 -- A missing state is a full bucket: a return to it changes nothing, so
@@ -49,8 +96,8 @@ local function release(now, node, tokens)
   if not st then
     return {}
   end
-  forget(node)
   refill(st, now)
+  forget(st, node)
   st.t = math.min(capacity, st.t + tokens)
   save_bucket(st, now)
   return {}
@@ -64,10 +111,10 @@ local function check(now, cost)
     st.t = st.t - cost
     allowed = 1
   else
-    retry = ceil_us((cost - st.t) / rate)
+    retry = refill_wait(st, now, cost - st.t)
   end
   local remaining = math.floor(math.max(st.t, 0))
-  local reset = ceil_us((capacity - st.t) / rate)
+  local reset = refill_wait(st, now, capacity - st.t)
   st.x = now + ceil_us((capacity - st.t) / rate) + ttl
   save_bucket(st, now)
   return { allowed, remaining, retry, reset }

@@ -101,6 +101,12 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentChecksCountExactly", testConcurrentChecks},
 		{"ConcurrentAcquiresNeverOvergrant", testConcurrentAcquires},
 		{"CanceledContext", testCanceledContext},
+		{"ShareSplit", testShareSplit},
+		{"ShareWithholdsRefill", testShareWithholdsRefill},
+		{"ShareEndsWithLease", testShareEndsWithLease},
+		{"ShareHeldBackByDebt", testShareHeldBackByDebt},
+		{"AcquireReturned", testAcquireReturned},
+		{"WindowsLendNoRate", testWindowsLendNoRate},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, h) })

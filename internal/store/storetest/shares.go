@@ -1,0 +1,128 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/store"
+)
+
+// The rate-share cases: a lease may carry a share of the rule's rate, which
+// the central bucket stops earning while the share lasts.
+
+func acquireRate(t *testing.T, s store.Store, req store.AcquireRequest) store.Lease {
+	t.Helper()
+	ls, err := s.Acquire(context.Background(), []store.AcquireRequest{req})
+	if err != nil {
+		t.Fatalf("Acquire(%s, want %d, rate %g): %v", req.Node, req.Want, req.WantRate, err)
+	}
+	return ls[0]
+}
+
+// fastRule is 1,000 tokens a second with a burst of 1,000 and a 10 s lease,
+// so that a share outlives the test unless the test ends it.
+func fastRule(t *testing.T, ttl time.Duration) *rules.Rule {
+	return rule(t, rules.Rule{Name: "rate", Algorithm: rules.TokenBucket, Limit: 1000, Period: time.Second,
+		Lease: rules.LeaseTuning{TTL: ttl}})
+}
+
+// Shares water-fill the holders' wanted rates, and a new holder gets only
+// what the others' current shares leave: the sum never passes the rate.
+func testShareSplit(t *testing.T, h Harness) {
+	s, r := h.New(t), fastRule(t, 10*time.Second)
+	req := func(node string, wantRate float64) store.AcquireRequest {
+		return store.AcquireRequest{Rule: r, Key: "k", Node: node, WantRate: wantRate}
+	}
+	steps := []struct {
+		node       string
+		want, rate float64
+	}{
+		{"a", 800, 800}, // alone: all it asks
+		{"b", 800, 200}, // fair level 500, but a holds 800 until it renews
+		{"a", 800, 500}, // a renews down to the level
+		{"b", 800, 500}, // b grows into what a freed
+		{"c", 0, 0},     // a holder that asks for tokens only gets no share
+		{"b", 100, 100}, // b's demand fell: it keeps only what it asks
+		{"a", 800, 800}, // 800 + 100 fit in 1000: a gets all it asks
+	}
+	for i, st := range steps {
+		if l := acquireRate(t, s, req(st.node, st.want)); l.Rate != st.rate {
+			t.Fatalf("step %d: %s wanting %g/s got a share of %g/s, want %g/s", i, st.node, st.want, l.Rate, st.rate)
+		}
+	}
+}
+
+// While a share lasts the central bucket earns only the rest of the rate;
+// once its holder releases, the bucket earns the whole rate again.
+func testShareWithholdsRefill(t *testing.T, h Harness) {
+	s, r := h.New(t), fastRule(t, 10*time.Second)
+	if d := check(t, s, r, "k", 1000); !d.Allowed {
+		t.Fatalf("draining check %+v", d)
+	}
+	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", WantRate: 900}); l.Rate != 900 {
+		t.Fatalf("first lease %+v, want a share of 900/s", l)
+	}
+	h.Advance(t, 100*time.Millisecond) // 100 tokens at the full rate, 10 beyond the share
+	l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "b", Want: 1000})
+	if l.Granted < 10 || l.Granted >= 50 {
+		t.Fatalf("granted %d after 100ms with 900 of 1000/s lent, want about 10 (at least 10, and far from the 100 of the full rate)", l.Granted)
+	}
+	if l.RetryAfter < 100*time.Millisecond {
+		t.Fatalf("retry_after %v: at the 100/s left, 1000 tokens take seconds", l.RetryAfter)
+	}
+	if err := s.Release(context.Background(), []store.Return{{Rule: r, Key: "k", Node: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(t, 100*time.Millisecond)
+	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "b", Want: 1000}); l.Granted < 100 {
+		t.Fatalf("granted %d 100ms after the share was released, want at least the 100 of the full rate", l.Granted)
+	}
+}
+
+// A share ends with its lease: the bucket then earns the whole rate.
+func testShareEndsWithLease(t *testing.T, h Harness) {
+	s, r := h.New(t), fastRule(t, 100*time.Millisecond)
+	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 1000, WantRate: 1000})
+	h.Advance(t, 300*time.Millisecond) // 100ms lent, then at least 200ms at 1000/s
+	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "b", Want: 1000}); l.Granted < 200 {
+		t.Fatalf("granted %d, want at least the 200 earned after the share ended", l.Granted)
+	}
+}
+
+// A bucket in debt keeps back the part of its rate that repays the debt
+// within a TTL.
+func testShareHeldBackByDebt(t *testing.T, h Harness) {
+	s, r := h.New(t), fastRule(t, 10*time.Second)
+	// Drain, then report 5,000 admitted in fallback: the debt stops at one
+	// capacity, 1,000 tokens, to repay over the 10 s TTL: 100/s kept back.
+	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 1000})
+	l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Consumed: 5000, WantRate: 1000})
+	if l.Rate < 899 || l.Rate > 900 {
+		t.Fatalf("share %g/s with 1000 tokens of debt over a 10s TTL, want 900/s (a hair less as the debt is repaid)", l.Rate)
+	}
+}
+
+// Tokens returned with an Acquire are credited before the grant.
+func testAcquireReturned(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	acquire(t, s, r, "k", "a", 100, 0)
+	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 100, Returned: 30}); l.Granted != 30 {
+		t.Fatalf("granted %d after returning 30 to an empty bucket, want 30", l.Granted)
+	}
+	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Returned: 1000}); l.Remaining != 100 {
+		t.Fatalf("remaining %d after returning 1000, want the capacity 100", l.Remaining)
+	}
+}
+
+// Windows have no steady rate to share: a wanted rate gets nothing.
+func testWindowsLendNoRate(t *testing.T, h Harness) {
+	s := h.New(t)
+	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow} {
+		r := windowRule(t, alg, 100, time.Minute)
+		if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 10, WantRate: 50}); l.Rate != 0 || l.Granted != 10 {
+			t.Fatalf("%s: lease %+v, want 10 tokens and no rate", alg, l)
+		}
+	}
+}
