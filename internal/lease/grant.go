@@ -1,0 +1,114 @@
+package lease
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// grant puts a lease into its pool.
+func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
+	f := p.own.inFlight
+	p.own.inFlight, p.own.solo = nil, false
+	r := p.table.Rule()
+	p.holders.Store(int32(min(g.Holders, math.MaxInt32)))
+	p.remaining.Store(g.Remaining)
+	p.fresh.Store(true)
+	// The TTL runs from when the request was sent, on this node's monotonic
+	// clock, and ends a sweep early: the sweep is when tokens are removed. A
+	// lease shorter than two sweeps (a window about to end) ends at half its
+	// TTL instead, and the next sweep is brought forward to meet it.
+	margin := min(m.cfg.Sweep, g.TTL/2)
+	expiry := f.sent.Add(g.TTL - margin)
+	if margin < m.cfg.Sweep && expiry.Before(m.nextSweep) {
+		m.nextSweep = expiry
+	}
+	p.own.servedUntil = f.sent.Add(g.TTL)
+	p.served.Store(true)
+	if g.Granted > 0 && expiry.After(now) {
+		m.deposit(p, payInFlight(p, g.Granted), expiry)
+		p.own.epoch = g.Epoch
+	}
+	next := now
+	if g.Granted < f.want {
+		next = now.Add(retryDelay(r, g.RetryAfter))
+	}
+	p.notBefore.Store(next.UnixNano())
+	p.queued.Store(false)
+}
+
+// retryDelay paces a key whose lease fell short, because the allocator had
+// too few tokens or kept some for the key's other holders: it asks again
+// after a refresh interval, or later if the allocator says tokens will take
+// longer (within a TTL). Under contention the fleet then makes about one
+// call per node and interval, and the tokens wait for it centrally; asking
+// sooner would only take other holders' shares. But the wait stays under
+// half the time the central bucket takes to fill, or tokens would spill
+// over its capacity between calls and be lost.
+// payInFlight pays, from a lease just granted, for what the key admitted
+// from its fallback share while the request was in flight: the allocator
+// counted only the consumption the request carried, so the rest must come
+// out of these tokens, or a new key could pass its limit by what it
+// admitted in one round trip. It returns the tokens left to deposit.
+func payInFlight(p *Pool, granted int64) int64 {
+	for {
+		c := p.consumed.Load()
+		use := min(max(c, 0), granted)
+		if use == 0 {
+			return granted
+		}
+		if p.consumed.CompareAndSwap(c, c-use) {
+			if c == use {
+				p.consumedSince.Store(0)
+			}
+			return granted - use
+		}
+	}
+}
+
+// A jitter of ±25% keeps nodes that starved together from asking together:
+// with ±10% or none, the bench saw them lock in phase and admit in waves of
+// one refresh interval.
+func retryDelay(r *rules.Rule, retryAfter time.Duration) time.Duration {
+	fill := time.Duration(float64(r.Capacity()) / r.Rate() * float64(time.Second))
+	d := max(min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL, fill/2), time.Millisecond)
+	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+}
+
+// deposit adds tokens that die at expiry. What older leases left keeps its
+// own, earlier expiry (see carry), so no token outlives its lease.
+func (m *Manager) deposit(p *Pool, n int64, expiry time.Time) {
+	if left := max(p.tokens.Load(), 0); left > 0 && !p.own.expiry.IsZero() {
+		// A carry still pending dies earlier than the current lease; all that
+		// is left now takes that earlier expiry, which is conservative.
+		if p.own.carry == 0 {
+			p.own.carryExpiry = p.own.expiry
+		}
+		p.own.carry = left
+		p.own.takenAtCarry = p.taken()
+	}
+	p.tokens.Add(n)
+	p.own.credited += n
+	p.own.expiry = expiry
+}
+
+func (m *Manager) init(p *Pool, now time.Time) {
+	if p.own.initialized {
+		return
+	}
+	r := p.table.Rule()
+	p.own.initialized = true
+	p.own.lastSample, p.own.lastActive = now, now
+	// Before any rate is known, ask for this node's share of one refresh
+	// interval: a hot new key needs it, a cold one returns it when idle.
+	share := r.Rate() * r.Lease.Refresh.Seconds() / float64(max(m.cfg.Nodes(), 1))
+	m.resize(p, r, share)
+}
+
+func (m *Manager) resize(p *Pool, r *rules.Rule, tokens float64) {
+	size := min(max(int64(math.Ceil(tokens)), r.Lease.Min), r.Lease.Max)
+	p.own.size = size
+	p.low.Store((size + 1) / 2)
+}
