@@ -165,7 +165,10 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 	r := rs.rule
 	now := c.cfg.clock.Now()
 	down := c.mgr.Down()
-	if c.closed.Load() || (p.Served() && !down) {
+	// A served key waits for its next lease; so does a key whose share of
+	// the rate still runs while the allocator is down: that share is its
+	// limit until the lease ends, and only then does the fallback take over.
+	if c.closed.Load() || (p.Served() && (!down || p.Sharing())) {
 		p.Refused(n)
 		rs.counts.decide(false, ModeLease)
 		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n, now), Mode: ModeLease, Rule: r.Name}, spend{}, nil

@@ -36,6 +36,7 @@ type Client struct {
 	mgr     *lease.Manager
 	gossip  *fallback.Gossip
 	metrics *metrics
+	rtts    roundTrips
 	rules   atomic.Pointer[ruleTable]
 	closed  atomic.Bool
 
@@ -94,10 +95,11 @@ func New(cfg Config) (*Client, error) {
 		c.conn.Close()
 		return nil, err
 	}
+	c.rtts.gauge = c.metrics.roundTrip
 	c.mgr = lease.NewManager(lease.Config{
 		Transport: grpcTransport{c}, Clock: cfg.clock, Logger: cfg.Logger, Nodes: c.fleetSize,
 		RPCTimeout: cfg.RPCTimeout, Sweep: cfg.Lease.Sweep, BatchWindow: cfg.Lease.BatchWindow,
-		Hooks: c.leaseHooks(),
+		TokensOnly: cfg.Lease.TokensOnly, RoundTrip: c.rtts.slowest, Hooks: c.leaseHooks(),
 	})
 	c.rules.Store(&ruleTable{byName: map[string]*ruleState{}})
 	if initial != nil {

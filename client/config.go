@@ -83,6 +83,13 @@ type LeaseConfig struct {
 	// BatchWindow is how long a refill waits to share one Acquire with
 	// others. default: 1ms
 	BatchWindow time.Duration
+	// TokensOnly never asks for a share of a rule's rate: the node lives
+	// on the tokens the allocator's bucket holds when it asks, as nodes
+	// did before rate shares. Far from the allocator, or on a saturated
+	// CPU, that loses part of the rate (see the README's tuning guide); it
+	// is here to compare, and for fleets that must not lend rate ahead.
+	// default: false
+	TokensOnly bool
 }
 
 // GossipConfig joins the node to a memberlist pool.

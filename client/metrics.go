@@ -21,6 +21,7 @@ type metrics struct {
 	released   prometheus.Counter
 	reachable  prometheus.Gauge
 	rpcSeconds *prometheus.HistogramVec
+	roundTrip  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,8 +51,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"method"}),
 	}
+	m.roundTrip = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "allot_client_allocator_round_trip_seconds",
+		Help: "Average Acquire round trip to each allocator; lease renewals leave early enough for the slowest.",
+	}, []string{"allocator"})
 	m.reachable.Set(1)
-	m.collectors = []prometheus.Collector{m.decisions, m.requests, m.wanted, m.granted, m.released, m.reachable, m.rpcSeconds}
+	m.collectors = []prometheus.Collector{m.decisions, m.requests, m.wanted, m.granted, m.released, m.reachable, m.rpcSeconds, m.roundTrip}
 	if reg == nil {
 		return m, nil
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -20,21 +22,27 @@ type grpcTransport struct{ c *Client }
 func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lease.Grant, string, error) {
 	req := &allotv1.AcquireRequest{NodeId: t.c.cfg.NodeID, Requests: make([]*allotv1.LeaseRequest, len(reqs))}
 	for i, r := range reqs {
-		req.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed}
+		req.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed,
+			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch}
 		if r.ConsumedAge > 0 {
 			req.Requests[i].ConsumedAge = durationpb.New(r.ConsumedAge)
 		}
 	}
 	done := t.c.metrics.rpc("Acquire")
-	resp, err := t.c.api.Acquire(ctx, req, t.c.probing())
+	var from peer.Peer
+	start := time.Now()
+	resp, err := t.c.api.Acquire(ctx, req, t.c.probing(), grpc.Peer(&from))
 	done(err)
 	if err != nil {
 		return nil, "", t.c.classify(err)
 	}
+	if from.Addr != nil {
+		t.c.rtts.observe(from.Addr.String(), time.Since(start))
+	}
 	grants := make([]lease.Grant, len(resp.GetLeases()))
 	for i, l := range resp.GetLeases() {
 		grants[i] = lease.Grant{Granted: l.GetGranted(), Remaining: l.GetRemaining(), TTL: l.GetTtl().AsDuration(),
-			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch()}
+			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch(), Rate: l.GetRate()}
 	}
 	return grants, resp.GetRulesVersion(), nil
 }

@@ -8,11 +8,15 @@ import (
 	"github.com/allot-dev/allot/internal/rules"
 )
 
-// grant puts a lease into its pool.
+// grant puts a lease into its pool and schedules the key's next request.
 func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	f := p.own.inFlight
-	p.own.inFlight, p.own.solo = nil, false
+	p.own.inFlight, p.own.solo, p.own.givingBack = nil, false, false
 	r := p.table.Rule()
+	if !(g.Rate >= 0) { // NaN or negative: no share
+		g.Rate = 0
+	}
+	g.Rate = min(g.Rate, r.Rate())
 	p.holders.Store(int32(min(g.Holders, math.MaxInt32)))
 	p.remaining.Store(g.Remaining)
 	p.fresh.Store(true)
@@ -27,9 +31,32 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	}
 	p.own.servedUntil = f.sent.Add(g.TTL)
 	p.served.Store(true)
-	if g.Granted > 0 && expiry.After(now) {
+	m.accrue(p, now) // the old share, up to the answer
+	m.setShare(p, f, g, now)
+	if (g.Granted > 0 || g.Rate > 0) && expiry.After(now) {
 		m.deposit(p, payInFlight(p, g.Granted), expiry)
 		p.own.epoch = g.Epoch
+	}
+	m.scheduleNext(p, r, f, g, now)
+}
+
+// scheduleNext decides when the key asks again. A key with a rate share
+// renews it about every refresh interval, so that shares follow demand,
+// and early enough that the answer arrives before the lease ends; the
+// renewal stays queued, so the hot path asks for nothing meanwhile. It asks
+// sooner only when it fell short and the allocator expects free tokens
+// before a TTL has passed. A key without a share asks when its pool runs
+// low, or, if it fell short, after retryDelay.
+func (m *Manager) scheduleNext(p *Pool, r *rules.Rule, f *flight, g Grant, now time.Time) {
+	if g.Rate > 0 {
+		next := f.sent.Add(m.renewAfter(r))
+		if g.Granted < f.want && g.RetryAfter < g.TTL {
+			next = minTime(next, now.Add(min(max(g.RetryAfter, 2*m.cfg.Sweep), fillTime(r)/2)))
+		}
+		next = maxTime(next, now)
+		p.notBefore.Store(next.UnixNano())
+		m.delayed.push(p, next) // p stays queued
+		return
 	}
 	next := now
 	if g.Granted < f.want {
@@ -39,14 +66,6 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	p.queued.Store(false)
 }
 
-// retryDelay paces a key whose lease fell short, because the allocator had
-// too few tokens or kept some for the key's other holders: it asks again
-// after a refresh interval, or later if the allocator says tokens will take
-// longer (within a TTL). Under contention the fleet then makes about one
-// call per node and interval, and the tokens wait for it centrally; asking
-// sooner would only take other holders' shares. But the wait stays under
-// half the time the central bucket takes to fill, or tokens would spill
-// over its capacity between calls and be lost.
 // payInFlight pays, from a lease just granted, for what the key admitted
 // from its fallback share while the request was in flight: the allocator
 // counted only the consumption the request carried, so the rest must come
@@ -68,13 +87,27 @@ func payInFlight(p *Pool, granted int64) int64 {
 	}
 }
 
+// retryDelay paces a key without a rate share whose lease fell short,
+// because the allocator had too few tokens or kept some for the key's other
+// holders: it asks again after a refresh interval, or later if the
+// allocator says tokens will take longer (within a TTL). Under contention
+// the fleet then makes about one call per node and interval, and the tokens
+// wait for it centrally; asking sooner would only take other holders'
+// shares. But the wait stays under half the time the central bucket takes
+// to fill, or tokens would spill over its capacity between calls and be
+// lost.
+//
 // A jitter of ±25% keeps nodes that starved together from asking together:
 // with ±10% or none, the bench saw them lock in phase and admit in waves of
 // one refresh interval.
 func retryDelay(r *rules.Rule, retryAfter time.Duration) time.Duration {
-	fill := time.Duration(float64(r.Capacity()) / r.Rate() * float64(time.Second))
-	d := max(min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL, fill/2), time.Millisecond)
+	d := max(min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL, fillTime(r)/2), time.Millisecond)
 	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+}
+
+// fillTime is how long the rule's bucket takes to fill from empty.
+func fillTime(r *rules.Rule) time.Duration {
+	return time.Duration(min(float64(r.Capacity())/r.Rate()*float64(time.Second), math.MaxInt64/2))
 }
 
 // deposit adds tokens that die at expiry. What older leases left keeps its
@@ -111,4 +144,18 @@ func (m *Manager) resize(p *Pool, r *rules.Rule, tokens float64) {
 	size := min(max(int64(math.Ceil(tokens)), r.Lease.Min), r.Lease.Max)
 	p.own.size = size
 	p.low.Store((size + 1) / 2)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -23,6 +23,7 @@ type storeTransport struct {
 	mu       sync.Mutex
 	batches  []int // keys per Acquire
 	released int64
+	returned atomic.Int64 // tokens given back with Acquires
 	down     atomic.Bool
 	during   func() // runs inside Acquire, while the request is in flight
 	reject   string // a key whose presence fails the whole batch
@@ -47,9 +48,11 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 	}
 	sreqs := make([]store.AcquireRequest, len(reqs))
 	for i, r := range reqs {
+		tr.returned.Add(r.Returned)
 		rule, _ := tr.set.Get(r.Rule)
 		sreqs[i] = store.AcquireRequest{Rule: rule, Key: r.Key, Node: tr.node, Want: min(r.Want, rule.Lease.Max),
-			Consumed: r.Consumed, ConsumedAge: r.ConsumedAge}
+			Consumed: r.Consumed, ConsumedAge: r.ConsumedAge, WantRate: min(r.WantRate, rule.Rate()),
+			Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch}
 	}
 	ls, err := tr.s.Acquire(ctx, sreqs)
 	if err != nil {
@@ -60,7 +63,8 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 	tr.mu.Unlock()
 	out := make([]Grant, len(ls))
 	for i, l := range ls {
-		out[i] = Grant{Granted: l.Granted, Remaining: l.Remaining, TTL: l.TTL, RetryAfter: l.RetryAfter, Holders: l.Holders, Epoch: l.Epoch}
+		out[i] = Grant{Granted: l.Granted, Remaining: l.Remaining, TTL: l.TTL, RetryAfter: l.RetryAfter, Holders: l.Holders,
+			Epoch: l.Epoch, Rate: l.Rate}
 	}
 	return out, tr.set.Version(), nil
 }
@@ -85,6 +89,7 @@ func (tr *storeTransport) calls() []int {
 }
 
 type fixture struct {
+	far *farTransport // when the allocator is far away; nil: next door
 	t   *testing.T
 	clk *clock.Fake
 	st  *store.Memory
@@ -113,7 +118,10 @@ rules:
     lease: { min: 100, max: 100, ttl: 1s, refresh: 100ms }
 `
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
+
+// newFixtureWith lets a test change the manager's configuration.
+func newFixtureWith(t *testing.T, configure func(*Config)) *fixture {
 	t.Helper()
 	set, err := rules.Parse("test", []byte(testRules))
 	if err != nil {
@@ -122,7 +130,11 @@ func newFixture(t *testing.T) *fixture {
 	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st := store.NewMemory(clk)
 	tr := &storeTransport{s: st, set: set, node: "n1"}
-	m := NewManager(Config{Transport: tr, Clock: clk, Sweep: 10 * time.Millisecond, BatchWindow: time.Millisecond})
+	cfg := Config{Transport: tr, Clock: clk, Sweep: 10 * time.Millisecond, BatchWindow: time.Millisecond}
+	if configure != nil {
+		configure(&cfg)
+	}
+	m := NewManager(cfg)
 	f := &fixture{t: t, clk: clk, st: st, tr: tr, m: m, set: set}
 	t.Cleanup(func() {
 		m.Close(context.Background())
@@ -141,12 +153,18 @@ func (f *fixture) table(name string) *Table {
 func (f *fixture) settle() {
 	f.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
+	parked := func() int32 {
+		if f.far == nil {
+			return 0
+		}
+		return f.far.parked.Load()
+	}
 	for time.Now().Before(deadline) {
-		if f.m.calls.Load() == 0 {
+		if f.m.calls.Load() == parked() {
 			c := make(chan struct{})
 			f.m.sync <- c
 			<-c
-			if f.m.calls.Load() == 0 && len(f.m.results) == 0 && len(f.m.signals) == 0 {
+			if f.m.calls.Load() == parked() && len(f.m.results) == 0 && len(f.m.signals) == 0 {
 				return
 			}
 		}
@@ -160,6 +178,10 @@ func (f *fixture) step(total, by time.Duration) {
 	f.settle()
 	for d := time.Duration(0); d < total; d += by {
 		f.clk.Advance(by)
+		if f.far != nil {
+			f.settle() // requests due now go out before answers come back
+			f.far.deliver(f.clk.Now())
+		}
 		f.settle()
 	}
 }
@@ -183,8 +205,9 @@ func TestNewKeyGetsFirstLease(t *testing.T) {
 	}
 }
 
+// A key without a share of the rate refills ahead, at its watermark.
 func TestRefillAheadOneInFlight(t *testing.T) {
-	f := newFixture(t)
+	f := newFixtureWith(t, func(c *Config) { c.TokensOnly = true })
 	p := f.table("day").Pool("k")
 	f.step(2*time.Millisecond, time.Millisecond)
 	if p.Tokens() != 100 {

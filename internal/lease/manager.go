@@ -17,6 +17,11 @@ type Request struct {
 	Rule, Key      string
 	Want, Consumed int64
 	ConsumedAge    time.Duration // since the first consumed token was admitted
+	// WantRate asks for a share of the rule's rate, tokens per second.
+	WantRate float64
+	// Returned gives back tokens a share earned beyond the pool's cap,
+	// from the lease of epoch ReturnedEpoch.
+	Returned, ReturnedEpoch int64
 }
 
 // Grant is the allocator's answer to one Request.
@@ -27,6 +32,9 @@ type Grant struct {
 	RetryAfter time.Duration
 	Holders    int
 	Epoch      int64
+	// Rate is the share of the rule's rate lent with the lease, tokens per
+	// second, from the answer until the request's send time plus TTL.
+	Rate float64
 }
 
 // Return gives unused tokens back.
@@ -83,6 +91,16 @@ type Config struct {
 	// is how late a node may notice that the allocator is back. default:
 	// 50ms and 250ms
 	BackoffBase, BackoffMax time.Duration
+	// TokensOnly never asks for a share of a rule's rate: the node lives
+	// on the tokens the allocator holds when it asks, as nodes did before
+	// rate shares. A node far from the allocator then loses part of the
+	// rate; the bench compares both. default: false, shares of token
+	// buckets' rates
+	TokensOnly bool
+	// RoundTrip is the allocator's round trip as the owner measures it
+	// (the slowest allocator's average); renewals leave early enough for
+	// it. default: the manager's own average of Acquire calls
+	RoundTrip func() time.Duration
 }
 
 func (c *Config) fill() {
@@ -137,6 +155,7 @@ type Manager struct {
 	nextAttempt time.Time
 	nextSweep   time.Time
 	version     string
+	rtt         time.Duration // average Acquire round trip
 }
 
 type result struct {
@@ -144,6 +163,7 @@ type result struct {
 	grants  []Grant
 	version string
 	err     error
+	took    time.Duration
 }
 
 // NewManager starts the lease loop; Close stops it.

@@ -28,6 +28,9 @@ type Pool struct {
 	// answered an Acquire for it within the lease TTL (with or without
 	// tokens). An empty served pool refuses; an unserved one falls back.
 	served atomic.Bool
+	// sharing is true while the pool earns a share of the rule's rate: the
+	// share is this node's limit even when the allocator cannot be reached.
+	sharing atomic.Bool
 	// missed counts tokens asked for but not taken from the lease: refusals
 	// and fallback admissions, for the rate estimate.
 	missed atomic.Int64
@@ -62,15 +65,31 @@ type managerState struct {
 	lastTaken    int64
 	lastSample   time.Time
 	lastActive   time.Time
-	size         int64 // the lease size to ask for
+	fastRate     float64 // EWMA of demand over two sweeps: how fast a share follows a surge
+	size         int64   // the lease size to ask for
 	epoch        int64
 	inFlight     *flight
 	solo         bool // asks in a batch of its own after a rejected batch
+	lastSent     time.Time
+	pending      bool   // in the manager's next batch
+	delaySeq     uint64 // the live entry of the pool in the delay queue
+	givingBack   bool   // a request giving the share back is on its way
+
+	// The share of the rule's rate (share.go): tokens per second earned from
+	// shareFrom until shareEnd; accrued holds the fraction of a token not
+	// yet in the pool (negative: owed); overflow what the cap refused, to be
+	// given back; shareCap the most tokens the share may pile up.
+	share              float64
+	shareFrom          time.Time
+	shareEnd           time.Time
+	accrued            float64
+	overflow, shareCap int64
 }
 
 // flight is one key's part of an Acquire in flight.
 type flight struct {
 	want, consumed int64
+	wantRate       float64
 	age            time.Duration
 	sent           time.Time
 }
@@ -123,6 +142,11 @@ func (p *Pool) Tokens() int64 { return max(p.tokens.Load(), 0) }
 
 // Served reports whether the allocator is deciding for this key.
 func (p *Pool) Served() bool { return p.served.Load() }
+
+// Sharing reports whether the pool earns a share of the rule's rate: its
+// node then keeps that share as its limit until the lease ends, allocator
+// or not.
+func (p *Pool) Sharing() bool { return p.sharing.Load() }
 
 // Holders is the allocator's last count of this key's holders, 0 if unknown.
 func (p *Pool) Holders() int { return int(p.holders.Load()) }

@@ -7,6 +7,8 @@ import (
 	"time"
 )
 
+// enqueue takes a refill the hot path asked for: it goes out with the next
+// batch, or when the key's retry time comes.
 func (m *Manager) enqueue(p *Pool) {
 	now := m.clk.Now()
 	if p.table.gone.Load() || p.tokens.Load() < 0 {
@@ -21,11 +23,17 @@ func (m *Manager) enqueue(p *Pool) {
 	m.schedule(p, now.Add(m.cfg.BatchWindow))
 }
 
+// schedule adds p to the batch that goes out at flushAt (at most at), once,
+// and makes any delayed request of p stale.
 func (m *Manager) schedule(p *Pool, at time.Time) {
+	p.own.delaySeq++
 	if len(m.pending) == 0 || at.Before(m.flushAt) {
 		m.flushAt = at
 	}
-	m.pending = append(m.pending, p)
+	if !p.own.pending {
+		p.own.pending = true
+		m.pending = append(m.pending, p)
+	}
 }
 
 // flush sends the pending refills that are due, at most MaxBatch per call.
@@ -46,6 +54,7 @@ func (m *Manager) flush(now time.Time) {
 	}
 	batch := make([]*Pool, 0, min(len(m.pending), m.cfg.MaxBatch))
 	for _, p := range m.pending {
+		p.own.pending = false
 		switch {
 		case p.table.gone.Load() || p.tokens.Load() < 0: // its rule went, or it left its table
 			p.queued.Store(false)
@@ -67,10 +76,16 @@ func (m *Manager) flush(now time.Time) {
 func (m *Manager) send(pools []*Pool, now time.Time) {
 	reqs := make([]Request, len(pools))
 	for i, p := range pools {
-		f := &flight{want: p.own.size, sent: now}
+		o := &p.own
+		r := p.table.Rule()
+		f := &flight{want: m.wantTokens(p), wantRate: m.wantRate(p, r, now), sent: now}
 		f.consumed, f.age = p.takeConsumed(now)
-		p.own.inFlight = f
-		reqs[i] = Request{Rule: p.table.name, Key: p.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age}
+		o.inFlight, o.lastSent = f, now
+		// What the share earned beyond the pool's cap goes back now; if the
+		// call fails those tokens are lost, which only ever under-admits.
+		reqs[i] = Request{Rule: p.table.name, Key: p.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age,
+			WantRate: f.wantRate, Returned: o.overflow, ReturnedEpoch: o.epoch}
+		o.overflow = 0
 	}
 	m.rpcs.Add(1)
 	m.calls.Add(1)
@@ -79,8 +94,9 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 		defer m.calls.Add(-1)
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RPCTimeout)
 		defer cancel()
-		start := time.Now()
+		start := m.clk.Now()
 		grants, version, err := m.cfg.Transport.Acquire(ctx, reqs)
+		took := m.clk.Now().Sub(start)
 		if err == nil && len(grants) != len(reqs) {
 			err = errors.New("lease: allocator answered with the wrong number of leases")
 		}
@@ -92,11 +108,11 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 					granted += grants[i].Granted
 				}
 			}
-			h(len(reqs), wanted, granted, time.Since(start), err)
+			h(len(reqs), wanted, granted, took, err)
 		}
 		// Delivered even after Close began: Close applies what calls in
 		// flight bring, so that their grants are returned too.
-		m.results <- result{pools: pools, grants: grants, version: version, err: err}
+		m.results <- result{pools: pools, grants: grants, version: version, err: err, took: took}
 	}()
 }
 
@@ -108,6 +124,7 @@ func (m *Manager) apply(r result) {
 	}
 	m.reachable(true)
 	m.backoff = 0
+	m.observeRoundTrip(r.took)
 	for i, p := range r.pools {
 		m.grant(p, r.grants[i], now)
 	}

@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// sweep expires leases, samples each key's rate, resizes its lease, asks
+// sweep adds what rate shares earned, expires leases, samples each key's
+// rate, resizes its lease, gives back the shares of keys gone quiet, asks
 // for refills the hot path could not ask for, and returns idle keys.
 func (m *Manager) sweep(now time.Time) {
 	var rets []*Pool
@@ -15,12 +16,14 @@ func (m *Manager) sweep(now time.Time) {
 		var taken int64
 		t.each(func(p *Pool) {
 			m.init(p, now)
+			m.accrue(p, now)
 			m.expire(p, now)
 			taken += m.sample(p, now)
 			if m.idle(p, now) {
 				rets = append(rets, p)
 				return
 			}
+			m.giveBack(p, now)
 			if p.consumed.Load() > 0 || (p.tokens.Load() < p.low.Load() && now.Sub(p.own.lastActive) < 2*m.cfg.Sweep) {
 				p.WantRefill()
 			}
@@ -76,9 +79,23 @@ func (m *Manager) sample(p *Pool, now time.Time) int64 {
 	}
 	alpha := 1 - math.Exp(-elapsed.Seconds()/m.cfg.RateWindow.Seconds())
 	o.rate += alpha * (float64(demand)/elapsed.Seconds() - o.rate)
+	fast := 1 - math.Exp(-elapsed.Seconds()/(2*m.cfg.Sweep).Seconds())
+	o.fastRate += fast * (float64(demand)/elapsed.Seconds() - o.fastRate)
 	r := p.table.Rule()
 	m.resize(p, r, o.rate*r.Lease.Refresh.Seconds())
 	return took
+}
+
+// giveBack sends at once the renewal of a share whose key has gone quiet:
+// it asks for no rate, so the share goes back to the key's other holders
+// within a few sweeps instead of at the next renewal.
+func (m *Manager) giveBack(p *Pool, now time.Time) {
+	o := &p.own
+	if o.share <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.table.Rule(), now) {
+		return
+	}
+	o.givingBack = true
+	m.schedule(p, now)
 }
 
 // idle reports whether the key should leave: its rule is gone (nothing can
@@ -108,10 +125,8 @@ func (m *Manager) drop(t *Table) {
 func (m *Manager) evict(pools []*Pool) {
 	rets := make([]Return, 0, len(pools))
 	for _, p := range pools {
-		left := p.tokens.Swap(evicted)
-		p.table.keys.remove(p.key, p)
-		if left > 0 && !p.own.expiry.IsZero() && !p.table.gone.Load() {
-			rets = append(rets, Return{Rule: p.table.name, Key: p.key, Tokens: left, Epoch: p.own.epoch})
+		if ret, ok := m.leave(p); ok {
+			rets = append(rets, ret)
 		}
 	}
 	if len(rets) == 0 {
@@ -124,6 +139,24 @@ func (m *Manager) evict(pools []*Pool) {
 		defer m.calls.Add(-1)
 		m.release(context.Background(), rets)
 	}()
+}
+
+// leave takes p out of its table for good and says what to give back: the
+// tokens of its lease and what its share earned beyond the pool's cap.
+func (m *Manager) leave(p *Pool) (Return, bool) {
+	left := p.tokens.Swap(evicted)
+	p.table.keys.remove(p.key, p)
+	p.sharing.Store(false)
+	o := &p.own
+	tokens := o.overflow
+	if left > 0 && !o.expiry.IsZero() {
+		tokens += left
+	}
+	o.overflow, o.share = 0, 0
+	if tokens <= 0 || p.table.gone.Load() {
+		return Return{}, false
+	}
+	return Return{Rule: p.table.name, Key: p.key, Tokens: tokens, Epoch: o.epoch}, true
 }
 
 func (m *Manager) release(ctx context.Context, rets []Return) error {
@@ -160,10 +193,8 @@ func (m *Manager) returnAll(ctx context.Context) error {
 			if c, age := p.takeConsumed(m.clk.Now()); c > 0 && !t.gone.Load() {
 				reports = append(reports, Request{Rule: t.name, Key: p.key, Consumed: c, ConsumedAge: age})
 			}
-			left := p.tokens.Swap(evicted)
-			t.keys.remove(p.key, p)
-			if left > 0 && !p.own.expiry.IsZero() && !t.gone.Load() {
-				rets = append(rets, Return{Rule: t.name, Key: p.key, Tokens: left, Epoch: p.own.epoch})
+			if ret, ok := m.leave(p); ok {
+				rets = append(rets, ret)
 			}
 		})
 	}
@@ -183,13 +214,16 @@ func (m *Manager) returnAll(ctx context.Context) error {
 	return firstErr
 }
 
-// delayQueue holds keys whose next refill must wait (a short grant's
-// retry-after), earliest first.
+// delayQueue holds keys whose next request must wait (a short grant's
+// retry-after, a share's renewal), earliest first. Only a pool's newest
+// entry is live: pushing it again, or scheduling it, leaves the older ones
+// stale, and they are skipped.
 type delayQueue struct{ items delayHeap }
 
 type delayed struct {
-	at time.Time
-	p  *Pool
+	at  time.Time
+	p   *Pool
+	seq uint64
 }
 
 type delayHeap []delayed
@@ -205,9 +239,20 @@ func (h *delayHeap) Pop() any {
 	return x
 }
 
-func (q *delayQueue) push(p *Pool, at time.Time) { heap.Push(&q.items, delayed{at: at, p: p}) }
+func (q *delayQueue) push(p *Pool, at time.Time) {
+	p.own.delaySeq++
+	heap.Push(&q.items, delayed{at: at, p: p, seq: p.own.delaySeq})
+}
+
+// dropStale pops the stale entries at the top.
+func (q *delayQueue) dropStale() {
+	for len(q.items) > 0 && q.items[0].seq != q.items[0].p.own.delaySeq {
+		heap.Pop(&q.items)
+	}
+}
 
 func (q *delayQueue) peek() (time.Time, bool) {
+	q.dropStale()
 	if len(q.items) == 0 {
 		return time.Time{}, false
 	}
@@ -215,6 +260,7 @@ func (q *delayQueue) peek() (time.Time, bool) {
 }
 
 func (q *delayQueue) popDue(now time.Time) (*Pool, bool) {
+	q.dropStale()
 	if len(q.items) == 0 || q.items[0].at.After(now) {
 		return nil, false
 	}

@@ -13,6 +13,9 @@ type Table struct {
 	rule atomic.Pointer[rules.Rule]
 	keys *keyMap
 	gone atomic.Bool
+	// warnedTTL: the rule's TTL was found too short for the round trip, and
+	// said so once.
+	warnedTTL atomic.Bool
 }
 
 // Rule is the table's current rule.

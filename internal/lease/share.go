@@ -1,0 +1,171 @@
+package lease
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// A lease on a token bucket carries a share of the rule's rate: the pool
+// earns it locally, in the sweep, from the answer until the request's send
+// time plus the TTL, while the allocator's bucket stops earning it. So a
+// node keeps its part of the rate however long its round trip, where tokens
+// alone could only move what the central bucket held at the moment of each
+// call (at most its burst per round trip).
+
+const (
+	// shareHeadroom is how much more than its measured demand a node asks
+	// for: demand is noisy, and what a share earns beyond the pool's cap is
+	// given back, not lost.
+	shareHeadroom = 1.25
+	// shareHold bounds what a share may pile up in an idle pool: a tenth
+	// of a second of it (at least one token). Across the fleet that keeps
+	// rate lent ahead from turning into a spike: the worst one-second window
+	// stays within the burst plus 1.1 times the rate.
+	shareHold = 100 * time.Millisecond
+	// renewJitter spreads renewals over [1, 1+renewJitter] refresh
+	// intervals, so that nodes do not renew in step.
+	renewJitter = 0.2
+)
+
+// accrue moves what the pool's share earned since the last accrual into
+// the pool, in whole tokens, up to the pool's cap; what the cap refuses, or
+// what arrives when no lease holds the pool, is given back with the next
+// Acquire. The share ends at its lease's end.
+func (m *Manager) accrue(p *Pool, now time.Time) {
+	o := &p.own
+	if o.share > 0 {
+		end := minTime(now, o.shareEnd)
+		if end.After(o.shareFrom) {
+			o.accrued += o.share * end.Sub(o.shareFrom).Seconds()
+			o.shareFrom = end
+		}
+		if !now.Before(o.shareEnd) {
+			o.share = 0
+			p.sharing.Store(false)
+		}
+	}
+	if o.accrued < 1 {
+		return
+	}
+	n := int64(o.accrued)
+	o.accrued -= float64(n)
+	left := p.tokens.Load()
+	if left < 0 || o.expiry.IsZero() || !now.Before(o.expiry) { // evicted, or no lease to hold them
+		o.overflow += n
+		return
+	}
+	in := min(n, max(o.shareCap-left, 0))
+	if in > 0 {
+		p.tokens.Add(in)
+		o.credited += in
+	}
+	o.overflow += n - in
+}
+
+// setShare starts the share a grant brought. While the request was on its
+// way the pool went on earning the old share, but the allocator counted the
+// new one from the moment it answered: if the new share is smaller, the
+// difference over the round trip is owed, and taken back from the pool or
+// from what the share earns next.
+func (m *Manager) setShare(p *Pool, f *flight, g Grant, now time.Time) {
+	o := &p.own
+	if o.share > g.Rate {
+		if overlap := minTime(now, o.shareEnd).Sub(f.sent); overlap > 0 {
+			o.accrued -= (o.share - g.Rate) * overlap.Seconds()
+		}
+	}
+	if o.accrued < 0 {
+		o.accrued += float64(p.remove(int64(math.Ceil(-o.accrued))))
+	}
+	o.share, o.shareFrom, o.shareEnd = g.Rate, now, f.sent.Add(g.TTL)
+	if g.Rate > 0 {
+		o.shareCap = max(int64(math.Ceil(g.Rate*shareHold.Seconds())), 1)
+	}
+	p.sharing.Store(g.Rate > 0 && o.shareEnd.After(now))
+}
+
+// wantRate is the share of the rule's rate a request asks for: the node's
+// demand with some headroom, nothing once the key has gone quiet (that is
+// how a share is given back), and, before any demand is known, the node's
+// part of the rule's rate.
+func (m *Manager) wantRate(p *Pool, r *rules.Rule, now time.Time) float64 {
+	if m.cfg.TokensOnly || r.Algorithm != rules.TokenBucket {
+		return 0
+	}
+	o := &p.own
+	switch {
+	case o.lastSent.IsZero():
+		return r.Rate() / float64(max(m.cfg.Nodes(), 1))
+	case m.quiet(p, r, now):
+		return 0
+	}
+	return min(shareHeadroom*max(o.rate, o.fastRate), r.Rate())
+}
+
+// wantTokens is the tokens a request asks for: the lease size, but nothing
+// for a key whose share keeps its pool above the watermark.
+func (m *Manager) wantTokens(p *Pool) int64 {
+	if p.own.share > 0 && p.tokens.Load() >= p.low.Load() {
+		return 0
+	}
+	return p.own.size
+}
+
+// quiet reports whether the key has had no demand for long enough that its
+// share should go back: three of its own inter-arrival times, and at least
+// two sweeps; a busy key gives its share back within a few sweeps, a slow
+// one is not taken for gone between two requests.
+func (m *Manager) quiet(p *Pool, r *rules.Rule, now time.Time) bool {
+	o := &p.own
+	after := 2 * m.cfg.Sweep
+	if o.rate > 0 {
+		after = max(after, time.Duration(min(3/o.rate, 3600)*float64(time.Second)))
+	}
+	return now.Sub(o.lastActive) >= min(after, r.Lease.TTL/2)
+}
+
+// renewAfter is how long after sending a request the node renews its share:
+// about a refresh interval, but early enough that the renewal's round trip,
+// with a quarter more for its jitter, ends before the lease does.
+func (m *Manager) renewAfter(r *rules.Rule) time.Duration {
+	rtt := m.roundTrip()
+	if 2*rtt > r.Lease.TTL {
+		m.warnShortTTL(r, rtt)
+	}
+	latest := r.Lease.TTL - rtt*5/4 - m.cfg.Sweep
+	d := time.Duration(float64(r.Lease.Refresh) * (1 + renewJitter*rand.Float64()))
+	return max(min(d, latest), 0)
+}
+
+// warnShortTTL logs, once per rule, that its leases end before a renewal
+// can come back.
+func (m *Manager) warnShortTTL(r *rules.Rule, rtt time.Duration) {
+	m.tablesMu.Lock()
+	t := m.tables[r.Name]
+	m.tablesMu.Unlock()
+	if t == nil || t.warnedTTL.Swap(true) {
+		return
+	}
+	m.cfg.Logger.Warn("allot: lease.ttl is shorter than two round trips to the allocator: leases end before their renewals arrive and the node falls back between them; raise lease.ttl",
+		"rule", r.Name, "ttl", r.Lease.TTL, "round_trip", rtt, "suggested_ttl", (4*rtt).Round(time.Millisecond))
+}
+
+// observeRoundTrip folds one Acquire's duration into the average.
+func (m *Manager) observeRoundTrip(took time.Duration) {
+	if m.rtt == 0 {
+		m.rtt = took
+		return
+	}
+	m.rtt += (took - m.rtt) / 8
+}
+
+// roundTrip is the round trip renewals plan for.
+func (m *Manager) roundTrip() time.Duration {
+	if m.cfg.RoundTrip != nil {
+		return m.cfg.RoundTrip()
+	}
+	return m.rtt
+}
