@@ -150,7 +150,7 @@ func (m *Manager) warnShortTTL(r *rules.Rule, rtt time.Duration) {
 		return
 	}
 	m.cfg.Logger.Warn("allot: lease.ttl is shorter than two round trips to the allocator: leases end before their renewals arrive and the node falls back between them; raise lease.ttl",
-		"rule", r.Name, "ttl", r.Lease.TTL, "round_trip", rtt, "suggested_ttl", (4*rtt).Round(time.Millisecond))
+		"rule", r.Name, "ttl", r.Lease.TTL, "round_trip", rtt, "suggested_ttl", (4 * rtt).Round(time.Millisecond))
 }
 
 // observeRoundTrip folds one Acquire's duration into the average.
