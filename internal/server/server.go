@@ -129,9 +129,9 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		if err := s.limits.checkTokens(field+".consumed", lr.GetConsumed()); err != nil {
 			return nil, err
 		}
-		age := lr.GetConsumedAge().AsDuration()
-		if age < 0 {
-			return nil, invalid(field+".consumed_age", "must not be negative, got %v", age)
+		age, err := checkAge(field+".consumed_age", lr.GetConsumedAge())
+		if err != nil {
+			return nil, err
 		}
 		k := ruleKey{r.Name, lr.GetKey()}
 		if j, dup := seen[k]; dup {
