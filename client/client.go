@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -383,4 +384,8 @@ func (c *Client) logMode(msg string, args ...any) {
 	}
 }
 
-func validKey(key string) bool { return len(key) > 0 && len(key) <= maxKey }
+// validKey is the allocator's rule for a key: 1 to 512 bytes of UTF-8. A
+// key that is not UTF-8 cannot go on the wire (a protobuf string), so it
+// could never be leased: it would run on the fallback share forever, on
+// every node, and escape the global limit.
+func validKey(key string) bool { return len(key) > 0 && len(key) <= maxKey && utf8.ValidString(key) }

@@ -111,6 +111,8 @@ func TestBadInput(t *testing.T) {
 		{"nope", "k", 1, client.ErrUnknownRule},
 		{"slow", "", 1, client.ErrInvalidKey},
 		{"slow", string(make([]byte, 513)), 1, client.ErrInvalidKey},
+		{"slow", "bad\xff\xfekey", 1, client.ErrInvalidKey}, // a key is UTF-8, as on the wire
+		{"window", "\xc3", 1, client.ErrInvalidKey},
 		{"slow", "k", 0, client.ErrInvalidCost},
 		{"slow", "k", -1, client.ErrInvalidCost},
 		{"slow", "k", 101, client.ErrCostAboveCapacity},
@@ -125,6 +127,10 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := client.New(client.Config{}); err == nil {
 		t.Error("New without allocators or rules succeeded")
+	}
+	if _, err := client.New(client.Config{Allocators: []string{a.Addr()}, NodeID: "node-\xff"}); err == nil ||
+		!strings.Contains(err.Error(), "NodeID") {
+		t.Errorf("New with a NodeID that is not UTF-8: %v, want an error naming Config.NodeID", err)
 	}
 	if _, err := client.New(client.Config{Rules: []client.Rule{{Name: "x", Algorithm: "gcra", Limit: 1, Period: time.Second}}}); err == nil {
 		t.Error("New with a bad rule succeeded")

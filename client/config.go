@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -169,11 +170,15 @@ func (c *Config) fill() error {
 	if len(c.NodeID) > maxNodeID {
 		return fmt.Errorf("client: Config.NodeID is %d bytes, at most %d", len(c.NodeID), maxNodeID)
 	}
+	if !utf8.ValidString(c.NodeID) {
+		return fmt.Errorf("client: Config.NodeID %q is not UTF-8", c.NodeID)
+	}
 	return nil
 }
 
 // The allocator's input limits, checked here so that one bad key cannot
-// fail a whole batch of refills.
+// fail a whole batch of refills. Keys and node ids are UTF-8 too: they are
+// protobuf strings.
 const (
 	maxKey    = 512
 	maxNodeID = 128

@@ -11,8 +11,9 @@ var (
 	ErrQueueFull = errors.New("allot: wait queue full")
 	// ErrClosed: the client has been closed.
 	ErrClosed = errors.New("allot: client closed")
-	// ErrInvalidKey: the key is empty or longer than 512 bytes.
-	ErrInvalidKey = errors.New("allot: key must be 1 to 512 bytes")
+	// ErrInvalidKey: the key is empty, longer than 512 bytes, or not
+	// UTF-8. Hash a key that may be any bytes (httplimit and grpclimit do).
+	ErrInvalidKey = errors.New("allot: key must be 1 to 512 bytes of UTF-8")
 	// ErrInvalidCost: the cost is not positive.
 	ErrInvalidCost = errors.New("allot: cost must be positive")
 	// ErrCostAboveCapacity: the cost is larger than the rule's capacity,

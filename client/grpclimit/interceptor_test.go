@@ -362,6 +362,53 @@ func TestErrorsAndCost(t *testing.T) {
 	}
 }
 
+// A key that is not UTF-8 (a -bin metadata entry holds any bytes) cannot
+// be an Allot key as it is; it is hashed like a long one and limited
+// globally like any other. Two nodes share a strict limit of 2: before,
+// each node fell back to its own share for such a key, and the two let 4
+// calls through.
+func TestNonUTF8KeyIsHashed(t *testing.T) {
+	set, err := rules.Parse("test", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := allocator.New(allocator.Config{Rules: set, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve() }()
+	t.Cleanup(func() { a.Stop(); <-served })
+	node := func() *client.Client {
+		c, err := client.New(client.Config{Allocators: []string{a.Addr()}, Logger: quiet(), CheckTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c1, c2 := node(), node()
+	opts := grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "login"}}, KeyMetadata: "x-api-key-bin"}
+	nodes := []healthpb.HealthClient{serve(t, c1, opts), serve(t, c2, opts)}
+	passed := 0
+	for i := range 6 {
+		err := check(t, nodes[i%2], "x-api-key-bin", "bad\xff\xfekey")
+		switch status.Code(err) {
+		case codes.OK:
+			passed++
+		case codes.ResourceExhausted:
+		default:
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	if passed != 2 {
+		t.Fatalf("two nodes let %d of 6 calls through with the key bad\\xff\\xfekey, want the limit of 2", passed)
+	}
+	if err := check(t, nodes[0], "x-api-key-bin", "bad\xff\xfdkey"); err != nil {
+		t.Fatalf("another key that is not UTF-8: %v, want its own quota", err)
+	}
+}
+
 func TestNewChecksOptions(t *testing.T) {
 	c := startAllocator(t)
 	for name, opts := range map[string]grpclimit.Options{

@@ -18,6 +18,7 @@ import (
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/client/httplimit"
 	"github.com/allot-dev/allot/internal/allocator"
+	"github.com/allot-dev/allot/internal/rules"
 )
 
 // body is the problem+json of a refusal.
@@ -211,6 +212,37 @@ func TestLongKeyIsHashed(t *testing.T) {
 	}
 	if r := get(t, srv, "X-API-Key: "+long+"b"); r.status != 200 {
 		t.Fatalf("another long key with the same first 600 bytes: status %d", r.status)
+	}
+}
+
+// A key that is not UTF-8 cannot be an Allot key as it is (it cannot go
+// on the wire); it is hashed like a long one and limited globally like any
+// other. Two nodes share a strict limit of 2: before, each node fell back
+// to its own share for such a key, and the two admitted 4.
+func TestNonUTF8KeyIsHashed(t *testing.T) {
+	set, err := rules.Parse("test", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, c1 := serveAllocator(t, allocator.Config{Rules: set})
+	c2, err := client.New(client.Config{Allocators: []string{a.Addr()}, Logger: quiet(), CheckTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	opts := httplimit.Options{Policies: []httplimit.Policy{{Rule: "login"}}, KeyHeader: "X-API-Key"}
+	nodes := []*httptest.Server{limited(t, c1, opts), limited(t, c2, opts)}
+	served := 0
+	for i := range 6 {
+		if r := get(t, nodes[i%2], "X-API-Key: bad\xff\xfekey"); r.status == 200 {
+			served++
+		}
+	}
+	if served != 2 {
+		t.Fatalf("two nodes served %d of 6 requests with the key bad\\xff\\xfekey, want the limit of 2", served)
+	}
+	if r := get(t, nodes[0], "X-API-Key: bad\xff\xfdkey"); r.status != 200 {
+		t.Fatalf("another key that is not UTF-8: status %d, want its own quota", r.status)
 	}
 }
 
