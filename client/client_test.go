@@ -242,6 +242,34 @@ func TestNoAllocatorFallsBack(t *testing.T) {
 	}
 }
 
+// A node with no rules to decide by does not start: before, New returned a
+// client that refused every request, whatever each rule's failure mode,
+// until an allocator answered.
+func TestColdStartWithoutRulesFails(t *testing.T) {
+	start := time.Now()
+	c, err := client.New(client.Config{Allocators: []string{deadAddr(t)}, StartTimeout: 50 * time.Millisecond})
+	if err == nil {
+		ok := c.Allow(context.Background(), "api-per-key", "k")
+		c.Close()
+		t.Fatalf("New with the allocator down and no Config.Rules succeeded (Allow on a rule: %v)", ok)
+	}
+	if !errors.Is(err, client.ErrNoRules) || !strings.Contains(err.Error(), "Config.Rules") {
+		t.Fatalf("error %v, want ErrNoRules naming Config.Rules", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("New took %v to fail; StartTimeout is 50ms", took)
+	}
+	// The same with rules of its own starts, on its fallback share.
+	c = newClient(t, client.Config{Allocators: []string{deadAddr(t)}, StartTimeout: 50 * time.Millisecond,
+		Rules: []client.Rule{{Name: "own", Algorithm: "token_bucket", Limit: 10, Period: time.Hour}}})
+	if d, err := c.AllowN(context.Background(), "own", "k", 1); err != nil || !d.Allowed || d.Mode != client.ModeFallback {
+		t.Fatalf("a node with its own rules: %+v, %v", d, err)
+	}
+	if _, err := c.AllowN(context.Background(), "api-per-key", "k", 1); !errors.Is(err, client.ErrUnknownRule) {
+		t.Fatalf("a rule in neither set: %v, want ErrUnknownRule", err)
+	}
+}
+
 // Wait queues callers, at most MaxWaiters per key; the rest are refused at
 // once; a cancelled caller leaves the queue.
 func TestWait(t *testing.T) {

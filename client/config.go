@@ -39,8 +39,10 @@ type Config struct {
 	Gossip *GossipConfig
 
 	// Rules are used until the allocator's rules arrive, and for as long as
-	// it cannot be reached: a node can start with no allocator at all.
-	// default: none; decisions wait for the allocator's rules
+	// it cannot be reached: a node can start with no allocator at all. Give
+	// every rule the node uses.
+	// default: none; New then fails with ErrNoRules unless an allocator
+	// sends its rules within StartTimeout
 	Rules []Rule
 
 	// RPCTimeout bounds each lease call; a slower allocator is treated as
@@ -50,7 +52,8 @@ type Config struct {
 	// CheckTimeout bounds each strict decision's call. default: 100ms
 	CheckTimeout time.Duration
 
-	// StartTimeout is how long New waits for the allocator's rules.
+	// StartTimeout is how long New waits for the allocator's rules; without
+	// Config.Rules, New fails when they have not come by then.
 	// default: 1s
 	StartTimeout time.Duration
 

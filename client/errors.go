@@ -7,6 +7,9 @@ var (
 	// ErrUnknownRule: the rule is in neither the allocator's rules nor
 	// Config.Rules.
 	ErrUnknownRule = errors.New("allot: unknown rule")
+	// ErrNoRules: New had no rules to decide by: no allocator answered
+	// within StartTimeout and Config.Rules is empty.
+	ErrNoRules = errors.New("allot: no rules")
 	// ErrQueueFull: Wait found MaxWaiters callers already queued on the key.
 	ErrQueueFull = errors.New("allot: wait queue full")
 	// ErrClosed: the client has been closed.
