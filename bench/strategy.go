@@ -16,6 +16,7 @@ import (
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/internal/bucket"
+	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/rules"
 )
 
@@ -155,7 +156,8 @@ func (l *localOnly) decide(_ context.Context, node int, key string) (bool, bool)
 	tb, ok := l.tbs[node][key]
 	if !ok {
 		var err error
-		tb, err = bucket.NewTokenBucketPer(max(l.rule.Burst/int64(l.nodes), 1), l.rule.Limit, l.rule.Period*time.Duration(l.nodes), now)
+		tokens, per := fallback.ShareRate(l.rule, l.nodes)
+		tb, err = bucket.NewTokenBucketPer(max(l.rule.Burst/int64(l.nodes), 1), tokens, per, now)
 		if err != nil {
 			l.mu[node].Unlock()
 			return false, false

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -63,8 +64,10 @@ type ruleState struct {
 }
 
 // New connects to the allocators, fetches the rules (waiting at most
-// StartTimeout) and starts the lease loop. It does not fail when the
-// allocator is unreachable: the node then runs on its fallback shares.
+// StartTimeout) and starts the lease loop. An allocator that is unreachable
+// is no error when Config.Rules is set: the node then decides by those, on
+// its fallback shares. Without them New fails with ErrNoRules: a node with
+// no rules could only refuse every request.
 func New(cfg Config) (*Client, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
@@ -111,11 +114,19 @@ func New(cfg Config) (*Client, error) {
 		go c.discoverLoop()
 	}
 	if len(cfg.Allocators) > 0 || c.gossip != nil {
+		// Without rules of its own the node must have the allocator's: wait
+		// the whole StartTimeout for one to come up, not just one dial.
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.StartTimeout)
-		if err := c.fetchRules(ctx); err != nil {
+		err := c.fetchRules(ctx, grpc.WaitForReady(initial == nil))
+		cancel()
+		if err != nil && len(c.rules.Load().byName) == 0 {
+			c.Close()
+			return nil, fmt.Errorf("client: %w: no allocator sent them within StartTimeout (%v), and Config.Rules is empty "+
+				"(set it to start without an allocator): %v", ErrNoRules, cfg.StartTimeout, err)
+		}
+		if err != nil {
 			cfg.Logger.Warn("allot: no rules from the allocator yet; using Config.Rules and retrying", "err", err)
 		}
-		cancel()
 		c.done.Add(1)
 		go c.rulesLoop()
 	}
@@ -265,8 +276,8 @@ func (c *Client) nodesFor(holders int) int {
 	return fallback.Nodes(gossip, holders, c.cfg.Nodes)
 }
 
-func (c *Client) fetchRules(ctx context.Context) error {
-	resp, err := c.api.GetRules(ctx, &allotv1.GetRulesRequest{})
+func (c *Client) fetchRules(ctx context.Context, opts ...grpc.CallOption) error {
+	resp, err := c.api.GetRules(ctx, &allotv1.GetRulesRequest{}, opts...)
 	if err != nil {
 		return err
 	}
@@ -385,4 +396,8 @@ func (c *Client) logMode(msg string, args ...any) {
 	}
 }
 
-func validKey(key string) bool { return len(key) > 0 && len(key) <= maxKey }
+// validKey is the allocator's rule for a key: 1 to 512 bytes of UTF-8. A
+// key that is not UTF-8 cannot go on the wire (a protobuf string), so it
+// could never be leased: it would run on the fallback share forever, on
+// every node, and escape the global limit.
+func validKey(key string) bool { return len(key) > 0 && len(key) <= maxKey && utf8.ValidString(key) }

@@ -111,6 +111,8 @@ func TestBadInput(t *testing.T) {
 		{"nope", "k", 1, client.ErrUnknownRule},
 		{"slow", "", 1, client.ErrInvalidKey},
 		{"slow", string(make([]byte, 513)), 1, client.ErrInvalidKey},
+		{"slow", "bad\xff\xfekey", 1, client.ErrInvalidKey}, // a key is UTF-8, as on the wire
+		{"window", "\xc3", 1, client.ErrInvalidKey},
 		{"slow", "k", 0, client.ErrInvalidCost},
 		{"slow", "k", -1, client.ErrInvalidCost},
 		{"slow", "k", 101, client.ErrCostAboveCapacity},
@@ -125,6 +127,10 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := client.New(client.Config{}); err == nil {
 		t.Error("New without allocators or rules succeeded")
+	}
+	if _, err := client.New(client.Config{Allocators: []string{a.Addr()}, NodeID: "node-\xff"}); err == nil ||
+		!strings.Contains(err.Error(), "NodeID") {
+		t.Errorf("New with a NodeID that is not UTF-8: %v, want an error naming Config.NodeID", err)
 	}
 	if _, err := client.New(client.Config{Rules: []client.Rule{{Name: "x", Algorithm: "gcra", Limit: 1, Period: time.Second}}}); err == nil {
 		t.Error("New with a bad rule succeeded")
@@ -233,6 +239,34 @@ func TestNoAllocatorFallsBack(t *testing.T) {
 	d, err := c.AllowN(ctx, "strict", "k", 1)
 	if err != nil || !d.Allowed || d.Mode != client.ModeFallback {
 		t.Fatalf("strict open rule without allocator: %+v %v", d, err)
+	}
+}
+
+// A node with no rules to decide by does not start: before, New returned a
+// client that refused every request, whatever each rule's failure mode,
+// until an allocator answered.
+func TestColdStartWithoutRulesFails(t *testing.T) {
+	start := time.Now()
+	c, err := client.New(client.Config{Allocators: []string{deadAddr(t)}, StartTimeout: 50 * time.Millisecond})
+	if err == nil {
+		ok := c.Allow(context.Background(), "api-per-key", "k")
+		c.Close()
+		t.Fatalf("New with the allocator down and no Config.Rules succeeded (Allow on a rule: %v)", ok)
+	}
+	if !errors.Is(err, client.ErrNoRules) || !strings.Contains(err.Error(), "Config.Rules") {
+		t.Fatalf("error %v, want ErrNoRules naming Config.Rules", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("New took %v to fail; StartTimeout is 50ms", took)
+	}
+	// The same with rules of its own starts, on its fallback share.
+	c = newClient(t, client.Config{Allocators: []string{deadAddr(t)}, StartTimeout: 50 * time.Millisecond,
+		Rules: []client.Rule{{Name: "own", Algorithm: "token_bucket", Limit: 10, Period: time.Hour}}})
+	if d, err := c.AllowN(context.Background(), "own", "k", 1); err != nil || !d.Allowed || d.Mode != client.ModeFallback {
+		t.Fatalf("a node with its own rules: %+v, %v", d, err)
+	}
+	if _, err := c.AllowN(context.Background(), "api-per-key", "k", 1); !errors.Is(err, client.ErrUnknownRule) {
+		t.Fatalf("a rule in neither set: %v, want ErrUnknownRule", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -38,8 +39,10 @@ type Config struct {
 	Gossip *GossipConfig
 
 	// Rules are used until the allocator's rules arrive, and for as long as
-	// it cannot be reached: a node can start with no allocator at all.
-	// default: none; decisions wait for the allocator's rules
+	// it cannot be reached: a node can start with no allocator at all. Give
+	// every rule the node uses.
+	// default: none; New then fails with ErrNoRules unless an allocator
+	// sends its rules within StartTimeout
 	Rules []Rule
 
 	// RPCTimeout bounds each lease call; a slower allocator is treated as
@@ -49,7 +52,8 @@ type Config struct {
 	// CheckTimeout bounds each strict decision's call. default: 100ms
 	CheckTimeout time.Duration
 
-	// StartTimeout is how long New waits for the allocator's rules.
+	// StartTimeout is how long New waits for the allocator's rules; without
+	// Config.Rules, New fails when they have not come by then.
 	// default: 1s
 	StartTimeout time.Duration
 
@@ -176,11 +180,15 @@ func (c *Config) fill() error {
 	if len(c.NodeID) > maxNodeID {
 		return fmt.Errorf("client: Config.NodeID is %d bytes, at most %d", len(c.NodeID), maxNodeID)
 	}
+	if !utf8.ValidString(c.NodeID) {
+		return fmt.Errorf("client: Config.NodeID %q is not UTF-8", c.NodeID)
+	}
 	return nil
 }
 
 // The allocator's input limits, checked here so that one bad key cannot
-// fail a whole batch of refills.
+// fail a whole batch of refills. Keys and node ids are UTF-8 too: they are
+// protobuf strings.
 const (
 	maxKey    = 512
 	maxNodeID = 128

@@ -7,12 +7,16 @@ var (
 	// ErrUnknownRule: the rule is in neither the allocator's rules nor
 	// Config.Rules.
 	ErrUnknownRule = errors.New("allot: unknown rule")
+	// ErrNoRules: New had no rules to decide by: no allocator answered
+	// within StartTimeout and Config.Rules is empty.
+	ErrNoRules = errors.New("allot: no rules")
 	// ErrQueueFull: Wait found MaxWaiters callers already queued on the key.
 	ErrQueueFull = errors.New("allot: wait queue full")
 	// ErrClosed: the client has been closed.
 	ErrClosed = errors.New("allot: client closed")
-	// ErrInvalidKey: the key is empty or longer than 512 bytes.
-	ErrInvalidKey = errors.New("allot: key must be 1 to 512 bytes")
+	// ErrInvalidKey: the key is empty, longer than 512 bytes, or not
+	// UTF-8. Hash a key that may be any bytes (httplimit and grpclimit do).
+	ErrInvalidKey = errors.New("allot: key must be 1 to 512 bytes of UTF-8")
 	// ErrInvalidCost: the cost is not positive.
 	ErrInvalidCost = errors.New("allot: cost must be positive")
 	// ErrCostAboveCapacity: the cost is larger than the rule's capacity,

@@ -18,9 +18,17 @@
 //		grpc.ChainStreamInterceptor(lim.Stream),
 //	)
 //
-// A stream is charged once, when it opens. When the SDK cannot decide (an
-// unknown rule, a closed client) the call proceeds and the error is
-// logged; Options.OnError changes that, and FailClosed refuses instead.
+// A stream is charged once, when it opens.
+//
+// Every policy must name a rule the client knows (client.New fails when it
+// has no rules at all): New refuses one that does not, with
+// client.ErrUnknownRule. A rule that a reload later removes is refused like
+// the SDK refuses it: codes.Internal naming the rule, logged; a limit the
+// service asks for is never skipped.
+//
+// When the SDK cannot decide for another reason (a closed client) the call
+// proceeds and the error is logged; Options.OnError changes that, and
+// FailClosed refuses instead.
 package grpclimit
 
 import (
@@ -28,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,8 +83,9 @@ type Options struct {
 	// API key. default: none
 	Identity func(ctx context.Context) (id string, ok bool)
 
-	// OnError decides a call the SDK could not, after the error is
-	// logged: nil lets the call proceed, an error ends it with that error.
+	// OnError decides a call the SDK could not (an unknown rule aside,
+	// which is always refused), after the error is logged: nil lets the
+	// call proceed, an error ends it with that error.
 	// default: proceed (fail open)
 	OnError func(ctx context.Context, fullMethod string, err error) error
 
@@ -94,13 +104,14 @@ type Interceptor struct {
 	errLogs  rate.Sometimes // an unknown rule fails every call: log a few
 }
 
-// New checks the options and builds the interceptors. The client is used,
-// not owned: close it after the server has stopped.
+// New checks the options and builds the interceptors. Every policy must
+// name a rule the client knows. The client is used, not owned: close it
+// after the server has stopped.
 func New(c *client.Client, opts Options) (*Interceptor, error) {
 	if c == nil {
 		return nil, errors.New("grpclimit: New: the client is nil")
 	}
-	if err := checkPolicies(opts.Policies); err != nil {
+	if err := checkPolicies(c, opts.Policies); err != nil {
 		return nil, err
 	}
 	if opts.Cost == nil {
@@ -120,7 +131,7 @@ func New(c *client.Client, opts Options) (*Interceptor, error) {
 		names: strings.Join(names, ","), errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}, nil
 }
 
-func checkPolicies(ps []Policy) error {
+func checkPolicies(c *client.Client, ps []Policy) error {
 	if len(ps) == 0 {
 		return errors.New("grpclimit: Options.Policies is empty")
 	}
@@ -133,6 +144,11 @@ func checkPolicies(ps []Policy) error {
 			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q appears twice", i, p.Rule)
 		}
 		seen[p.Rule] = true
+	}
+	for i, p := range ps {
+		if _, ok := c.Rule(p.Rule); !ok {
+			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q: %w: not in the client's rules", i, p.Rule, client.ErrUnknownRule)
+		}
 	}
 	return nil
 }
@@ -167,6 +183,13 @@ func (i *Interceptor) admit(ctx context.Context, method string) error {
 		// Not a fault of the limiter: this call can never pass, and letting
 		// it through would let anyone skip the limit by asking for more.
 		return tooCostly(i.names, redact(key), n)
+	case errors.Is(err, client.ErrUnknownRule):
+		// A rule the service asks for is gone (a reload removed it): refuse,
+		// as the SDK does, rather than let the call through unlimited.
+		i.errLogs.Do(func() {
+			i.opts.Logger.Error("grpclimit: call refused: a policy's rule is unknown", "rules", i.names, "method", method, "err", err)
+		})
+		return status.Errorf(codes.Internal, "rate limit %s is not defined", i.unknownRules())
 	case err != nil:
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
@@ -190,6 +213,18 @@ func (i *Interceptor) decide(ctx context.Context, key string, n int64) (client.D
 		limits[j] = client.RuleKey{Rule: p.Rule, Key: key}
 	}
 	return i.c.AllowAll(ctx, n, limits...)
+}
+
+// unknownRules are the policies' rules the client does not know now,
+// quoted and comma-separated.
+func (i *Interceptor) unknownRules() string {
+	var names []string
+	for _, p := range i.policies {
+		if _, ok := i.c.Rule(p.Rule); !ok {
+			names = append(names, strconv.Quote(p.Rule))
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // FailClosed is an Options.OnError that ends a call the SDK could not

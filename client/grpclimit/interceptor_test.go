@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -323,12 +327,21 @@ func TestEqualQuotasAreToldApart(t *testing.T) {
 
 func TestErrorsAndCost(t *testing.T) {
 	c := startAllocator(t)
-	unknown := []grpclimit.Policy{{Rule: "no-such-rule"}}
-	if err := check(t, serve(t, c, grpclimit.Options{Policies: unknown})); err != nil {
-		t.Fatalf("an unknown rule did not fail open: %v", err)
+	// A closed client cannot decide: a fault of the limiter, not of the
+	// call.
+	closed, err := client.New(client.Config{Logger: quiet(),
+		Rules: []client.Rule{{Name: "hourly", Algorithm: "token_bucket", Limit: 3, Period: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	err := check(t, serve(t, c, grpclimit.Options{Policies: unknown, OnError: grpclimit.FailClosed}))
-	if status.Code(err) != codes.Unavailable {
+	policies := []grpclimit.Policy{{Rule: "hourly"}}
+	failOpen := serve(t, closed, grpclimit.Options{Policies: policies})
+	failClosed := serve(t, closed, grpclimit.Options{Policies: policies, OnError: grpclimit.FailClosed})
+	closed.Close()
+	if err := check(t, failOpen); err != nil {
+		t.Fatalf("a closed client did not fail open: %v", err)
+	}
+	if err := check(t, failClosed); status.Code(err) != codes.Unavailable {
 		t.Fatalf("FailClosed: %v, want Unavailable", err)
 	}
 	// A key longer than the SDK accepts is hashed and limited, not an error.
@@ -362,6 +375,53 @@ func TestErrorsAndCost(t *testing.T) {
 	}
 }
 
+// A key that is not UTF-8 (a -bin metadata entry holds any bytes) cannot
+// be an Allot key as it is; it is hashed like a long one and limited
+// globally like any other. Two nodes share a strict limit of 2: before,
+// each node fell back to its own share for such a key, and the two let 4
+// calls through.
+func TestNonUTF8KeyIsHashed(t *testing.T) {
+	set, err := rules.Parse("test", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := allocator.New(allocator.Config{Rules: set, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve() }()
+	t.Cleanup(func() { a.Stop(); <-served })
+	node := func() *client.Client {
+		c, err := client.New(client.Config{Allocators: []string{a.Addr()}, Logger: quiet(), CheckTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c1, c2 := node(), node()
+	opts := grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "login"}}, KeyMetadata: "x-api-key-bin"}
+	nodes := []healthpb.HealthClient{serve(t, c1, opts), serve(t, c2, opts)}
+	passed := 0
+	for i := range 6 {
+		err := check(t, nodes[i%2], "x-api-key-bin", "bad\xff\xfekey")
+		switch status.Code(err) {
+		case codes.OK:
+			passed++
+		case codes.ResourceExhausted:
+		default:
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	if passed != 2 {
+		t.Fatalf("two nodes let %d of 6 calls through with the key bad\\xff\\xfekey, want the limit of 2", passed)
+	}
+	if err := check(t, nodes[0], "x-api-key-bin", "bad\xff\xfdkey"); err != nil {
+		t.Fatalf("another key that is not UTF-8: %v, want its own quota", err)
+	}
+}
+
 func TestNewChecksOptions(t *testing.T) {
 	c := startAllocator(t)
 	for name, opts := range map[string]grpclimit.Options{
@@ -376,8 +436,65 @@ func TestNewChecksOptions(t *testing.T) {
 	if _, err := grpclimit.New(nil, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "a"}}}); err == nil {
 		t.Error("New with a nil client succeeded")
 	}
-	// Rules the node does not know yet are no error: they may arrive later.
-	if _, err := grpclimit.New(c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "later"}, {Rule: "login"}}}); err != nil {
+	// A client always has rules (client.New fails without): a policy on a
+	// rule it does not know is a mistake, told at once.
+	_, err := grpclimit.New(c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "login"}, {Rule: "no-such-rule"}}})
+	if !errors.Is(err, client.ErrUnknownRule) || !strings.Contains(err.Error(), `Policies[1].Rule: "no-such-rule"`) {
+		t.Errorf("a policy on an unknown rule: %v, want ErrUnknownRule naming Policies[1].Rule", err)
+	}
+	if _, err := grpclimit.New(c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "hourly"}, {Rule: "login"}}}); err != nil {
 		t.Errorf("several policies: %v", err)
+	}
+}
+
+// A rule that a reload removed ends the call with Internal naming it, the
+// way the SDK refuses it (ErrUnknownRule): before, every call went through,
+// unlimited.
+func TestRuleRemovedByReloadIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	write := func(name string) {
+		t.Helper()
+		yaml := "rules:\n  - name: " + name + "\n    algorithm: token_bucket\n    limit: 3\n    period: 1h\n"
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("hourly")
+	a, err := allocator.New(allocator.Config{RulesFile: path, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve() }()
+	t.Cleanup(func() { a.Stop(); <-served })
+	c, err := client.New(client.Config{Allocators: []string{a.Addr()}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := serve(t, c, grpclimit.Options{Policies: []grpclimit.Policy{{Rule: "hourly"}}, KeyMetadata: "x-api-key"})
+	if err := check(t, h, "x-api-key", "k"); err != nil {
+		t.Fatalf("before the reload: %v", err)
+	}
+	write("renamed")
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		if _, ok := c.Rule("hourly"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node did not apply the reloaded rules")
+		}
+		check(t, h, "x-api-key", fmt.Sprintf("fresh-%d", i))
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 3 {
+		err := check(t, h, "x-api-key", "k")
+		if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), `"hourly"`) {
+			t.Fatalf("after the reload: %v, want Internal naming the rule", err)
+		}
 	}
 }

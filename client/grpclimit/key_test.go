@@ -35,6 +35,10 @@ func TestKey(t *testing.T) {
 		{name: "no peer", want: "peer:unknown"},
 		{name: "long key", md: []string{"x-api-key", strings.Repeat("k", 600)}, addr: tcp,
 			want: "key:sha256:" + sha256hex(strings.Repeat("k", 600))},
+		{name: "key not UTF-8", md: []string{"x-api-key", "bad\xff\xfekey"}, addr: tcp,
+			want: "key:sha256:" + sha256hex("bad\xff\xfekey")},
+		{name: "identity not UTF-8", user: "al\xffice", addr: tcp, want: "id:sha256:" + sha256hex("al\xffice")},
+		{name: "unix peer not UTF-8", addr: fakeAddr{"unix", "/run/\xff.sock"}, want: "peer:sha256:" + sha256hex("/run/\xff.sock")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

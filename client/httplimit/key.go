@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"unicode/utf8"
 )
 
 // maxKey is the SDK's limit on a key's length (client.ErrInvalidKey).
@@ -29,10 +30,12 @@ func (m *Middleware) key(r *http.Request) string {
 	return bounded("ip:", m.clientIP(r))
 }
 
-// bounded joins prefix and v, hashing v when the key would be longer than
-// the SDK accepts: a long key must still be limited, not fail.
+// bounded joins prefix and v, hashing v when the key would not be one the
+// SDK accepts (client.ErrInvalidKey): longer than 512 bytes, or not UTF-8
+// (a header or metadata value may hold any bytes). Such a key must still be
+// limited, like any other, not fail.
 func bounded(prefix, v string) string {
-	if len(prefix)+len(v) <= maxKey {
+	if len(prefix)+len(v) <= maxKey && utf8.ValidString(v) {
 		return prefix + v
 	}
 	sum := sha256.Sum256([]byte(v))

@@ -43,6 +43,10 @@ func TestKey(t *testing.T) {
 		{name: "longest kept", headers: map[string][]string{"X-Api-Key": {long[:508]}}, want: "key:" + long[:508]},
 		{name: "longer hashed", headers: map[string][]string{"X-Api-Key": {long}},
 			want: "key:sha256:" + sha256hex(long)},
+		{name: "not UTF-8 hashed", headers: map[string][]string{"X-Api-Key": {"bad\xff\xfekey"}},
+			want: "key:sha256:" + sha256hex("bad\xff\xfekey")},
+		{name: "identity not UTF-8 hashed", remote: "192.0.2.1:5000", user: "al\xffice",
+			want: "id:sha256:" + sha256hex("al\xffice")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,9 +16,15 @@
 //	if err != nil { ... }
 //	http.ListenAndServe(addr, mw.Wrap(mux))
 //
-// When the SDK cannot decide (an unknown rule, a closed client) the request
-// is served and the error logged: a limiter fault must not become an API
-// outage. Options.OnError changes that; FailClosed refuses instead.
+// Every policy must name a rule the client knows (client.New fails when it
+// has no rules at all): New refuses one that does not, with
+// client.ErrUnknownRule. A rule that a reload later removes is refused like
+// the SDK refuses it: 500 Internal Server Error, with a problem naming the
+// rule, and logged; a limit the service asks for is never skipped.
+//
+// When the SDK cannot decide for another reason (a closed client) the
+// request is served and the error logged: a limiter fault must not become
+// an API outage. Options.OnError changes that; FailClosed refuses instead.
 package httplimit
 
 import (
@@ -89,9 +95,10 @@ type Options struct {
 	// RateLimit fields. default: false
 	LegacyHeaders bool
 
-	// OnError answers a request the SDK could not decide, after the error
-	// is logged. It returns true when it has written a response, false to
-	// serve the request. default: serve the request (fail open)
+	// OnError answers a request the SDK could not decide (an unknown rule
+	// aside, which is always refused), after the error is logged. It
+	// returns true when it has written a response, false to serve the
+	// request. default: serve the request (fail open)
 	OnError func(w http.ResponseWriter, r *http.Request, err error) (handled bool)
 
 	// Logger receives SDK errors, a few a minute at most.
@@ -109,13 +116,14 @@ type Middleware struct {
 	errLogs  rate.Sometimes // an unknown rule fails every request: log a few
 }
 
-// New checks the options and builds the middleware. The client is used,
-// not owned: close it after the server has stopped.
+// New checks the options and builds the middleware. Every policy must name
+// a rule the client knows. The client is used, not owned: close it after
+// the server has stopped.
 func New(c *client.Client, opts Options) (*Middleware, error) {
 	if c == nil {
 		return nil, errors.New("httplimit: New: the client is nil")
 	}
-	if err := checkPolicies(opts.Policies); err != nil {
+	if err := checkPolicies(c, opts.Policies); err != nil {
 		return nil, err
 	}
 	if opts.Cost == nil {
@@ -135,7 +143,7 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	return m, nil
 }
 
-func checkPolicies(ps []Policy) error {
+func checkPolicies(c *client.Client, ps []Policy) error {
 	if len(ps) == 0 {
 		return errors.New("httplimit: Options.Policies is empty")
 	}
@@ -148,6 +156,11 @@ func checkPolicies(ps []Policy) error {
 			return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q appears twice", i, p.Rule)
 		}
 		seen[p.Rule] = true
+	}
+	for i, p := range ps {
+		if _, ok := c.Rule(p.Rule); !ok {
+			return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q: %w: not in the client's rules", i, p.Rule, client.ErrUnknownRule)
+		}
 	}
 	return nil
 }
@@ -176,6 +189,14 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		// serving it would let anyone skip the limit by asking for more.
 		writeProblem(w, tooCostly(n))
 		return false
+	case errors.Is(err, client.ErrUnknownRule):
+		// A rule the service asks for is gone (a reload removed it): refuse,
+		// as the SDK does, rather than serve without the limit.
+		m.errLogs.Do(func() {
+			m.opts.Logger.Error("httplimit: request refused: a policy's rule is unknown", "rules", m.ruleNames(), "err", err)
+		})
+		writeProblem(w, unknownRule(m.unknownRules()))
+		return false
 	case err != nil:
 		if r.Context().Err() != nil {
 			return false // the caller has gone; nobody to answer
@@ -203,6 +224,17 @@ func (m *Middleware) decide(ctx context.Context, key string, n int64) (client.De
 		limits[i] = client.RuleKey{Rule: p.Rule, Key: key}
 	}
 	return m.c.AllowAll(ctx, n, limits...)
+}
+
+// unknownRules are the policies' rules the client does not know now.
+func (m *Middleware) unknownRules() []string {
+	var names []string
+	for _, p := range m.policies {
+		if _, ok := m.c.Rule(p.Rule); !ok {
+			names = append(names, p.Rule)
+		}
+	}
+	return names
 }
 
 func (m *Middleware) ruleNames() []string {

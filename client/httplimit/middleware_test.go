@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/client/httplimit"
 	"github.com/allot-dev/allot/internal/allocator"
+	"github.com/allot-dev/allot/internal/rules"
 )
 
 // body is the problem+json of a refusal.
@@ -214,6 +216,37 @@ func TestLongKeyIsHashed(t *testing.T) {
 	}
 }
 
+// A key that is not UTF-8 cannot be an Allot key as it is (it cannot go
+// on the wire); it is hashed like a long one and limited globally like any
+// other. Two nodes share a strict limit of 2: before, each node fell back
+// to its own share for such a key, and the two admitted 4.
+func TestNonUTF8KeyIsHashed(t *testing.T) {
+	set, err := rules.Parse("test", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, c1 := serveAllocator(t, allocator.Config{Rules: set})
+	c2, err := client.New(client.Config{Allocators: []string{a.Addr()}, Logger: quiet(), CheckTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	opts := httplimit.Options{Policies: []httplimit.Policy{{Rule: "login"}}, KeyHeader: "X-API-Key"}
+	nodes := []*httptest.Server{limited(t, c1, opts), limited(t, c2, opts)}
+	served := 0
+	for i := range 6 {
+		if r := get(t, nodes[i%2], "X-API-Key: bad\xff\xfekey"); r.status == 200 {
+			served++
+		}
+	}
+	if served != 2 {
+		t.Fatalf("two nodes served %d of 6 requests with the key bad\\xff\\xfekey, want the limit of 2", served)
+	}
+	if r := get(t, nodes[0], "X-API-Key: bad\xff\xfdkey"); r.status != 200 {
+		t.Fatalf("another key that is not UTF-8: status %d, want its own quota", r.status)
+	}
+}
+
 // Burst and sustained limits checked together: the refusal names the rule
 // that refused, and RateLimit-Policy lists both.
 //
@@ -383,21 +416,25 @@ func (s *syncBuffer) String() string {
 
 func TestSDKErrors(t *testing.T) {
 	c := startAllocator(t)
-	unknown := []httplimit.Policy{{Rule: "no-such-rule"}}
+	// A closed client cannot decide: a fault of the limiter, not of the
+	// request.
+	closed := localClient(t, client.Rule{Name: "hourly", Algorithm: "token_bucket", Limit: 3, Period: time.Hour})
+	policies := []httplimit.Policy{{Rule: "hourly"}}
+	var logs syncBuffer
+	failOpen := limited(t, closed, httplimit.Options{Policies: policies, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	failClosed := limited(t, closed, httplimit.Options{Policies: policies, OnError: httplimit.FailClosed})
+	closed.Close()
 	t.Run("fail open by default, and log", func(t *testing.T) {
-		var logs syncBuffer
-		srv := limited(t, c, httplimit.Options{Policies: unknown, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		for range 5 {
-			expect(t, "unknown rule", get(t, srv), 200, map[string]string{"RateLimit": "", "RateLimit-Policy": ""})
+			expect(t, "closed client", get(t, failOpen), 200, map[string]string{"RateLimit": "", "RateLimit-Policy": ""})
 		}
-		if got := logs.String(); !strings.Contains(got, "unknown rule") || strings.Count(got, "\n") != 3 {
+		if got := logs.String(); !strings.Contains(got, "client closed") || strings.Count(got, "\n") != 3 {
 			t.Fatalf("logs %q: want the error, three times at most", got)
 		}
 	})
 	t.Run("FailClosed", func(t *testing.T) {
-		srv := limited(t, c, httplimit.Options{Policies: unknown, OnError: httplimit.FailClosed})
-		r := get(t, srv)
-		expect(t, "unknown rule", r, http.StatusServiceUnavailable, nil)
+		r := get(t, failClosed)
+		expect(t, "closed client", r, http.StatusServiceUnavailable, nil)
 		if b := decode(t, r); b.Status != 503 || b.Title != "Service Unavailable" {
 			t.Fatalf("body %+v", b)
 		}
@@ -458,8 +495,58 @@ func TestNewChecksOptions(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Policies[1].Rule") {
 		t.Errorf("error %v does not name the field", err)
 	}
-	// Rules the node does not know yet are no error: they may arrive later.
-	if _, err := httplimit.New(c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "later"}, {Rule: "hourly"}}}); err != nil {
+	// A client always has rules (client.New fails without): a policy on a
+	// rule it does not know is a mistake, told at once.
+	_, err = httplimit.New(c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "hourly"}, {Rule: "no-such-rule"}}})
+	if !errors.Is(err, client.ErrUnknownRule) || !strings.Contains(err.Error(), `Policies[1].Rule: "no-such-rule"`) {
+		t.Errorf("a policy on an unknown rule: %v, want ErrUnknownRule naming Policies[1].Rule", err)
+	}
+	if _, err := httplimit.New(c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "login"}, {Rule: "hourly"}}}); err != nil {
 		t.Errorf("several policies: %v", err)
+	}
+}
+
+// A rule that a reload removed is refused with 500 and a problem naming
+// it, the way the SDK refuses it (ErrUnknownRule): before, every request
+// was served, unlimited.
+func TestRuleRemovedByReloadIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	write := func(name string) {
+		t.Helper()
+		yaml := "rules:\n  - name: " + name + "\n    algorithm: token_bucket\n    limit: 3\n    period: 1h\n"
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("hourly")
+	a, c := serveAllocator(t, allocator.Config{RulesFile: path})
+	var logs syncBuffer
+	srv := limited(t, c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "hourly"}}, KeyHeader: "X-API-Key",
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	expect(t, "before the reload", get(t, srv, "X-API-Key: k"), 200, nil)
+	write("renamed")
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		if _, ok := c.Rule("hourly"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node did not apply the reloaded rules")
+		}
+		get(t, srv, "X-API-Key: fresh-"+strconv.Itoa(i))
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 3 {
+		r := get(t, srv, "X-API-Key: k")
+		expect(t, "after the reload", r, http.StatusInternalServerError, map[string]string{"RateLimit": "", "Retry-After": ""})
+		if b := decode(t, r); b.Status != 500 || !strings.Contains(b.Detail, `"hourly"`) {
+			t.Fatalf("body %+v, want a 500 problem naming the rule", b)
+		}
+	}
+	if got := logs.String(); !strings.Contains(got, "unknown rule") {
+		t.Fatalf("logs %q: want the error", got)
 	}
 }

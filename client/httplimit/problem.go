@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -40,6 +41,18 @@ func quotaExceeded(policy string, retry time.Duration) problem {
 func tooCostly(cost int64) problem {
 	return problem{Type: ProblemQuotaExceeded, Title: "Quota exceeded", Status: http.StatusTooManyRequests,
 		Detail: fmt.Sprintf("The request costs %d, more than the rate limit allows at once; it cannot pass.", cost)}
+}
+
+// unknownRule answers a request whose rate limit is not defined: the
+// service's fault, not the caller's, and not a limit to skip.
+func unknownRule(rules []string) problem {
+	quoted := make([]string, len(rules))
+	for i, r := range rules {
+		quoted[i] = strconv.Quote(r)
+	}
+	return problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError),
+		Status: http.StatusInternalServerError,
+		Detail: "The rate limit " + strings.Join(quoted, ", ") + " is not defined."}
 }
 
 func undecided() problem {

@@ -126,8 +126,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	// New does not fail when the allocators are down: the node then runs
-	// on its fallback share until they answer.
+	// The service has no rules of its own: New waits a second for an
+	// allocator's and fails without them (client.ErrNoRules), so the
+	// service does not start unlimited. Once running, it decides on its
+	// fallback share while the allocators are down.
 	c, err := client.New(client.Config{Allocators: o.allocators, Logger: log})
 	if err != nil {
 		return err

@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -193,5 +195,32 @@ func TestRunServesAndStops(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after its context ended")
+	}
+}
+
+// With no allocator answering, the service has no rules and does not
+// start: it says why at once, instead of serving every request unlimited.
+func TestRunWithoutRulesFails(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--allocators", dead}, func(string) string { return "" }, io.Discard)
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, client.ErrNoRules) {
+			t.Fatalf("run: %v, want client.ErrNoRules", err)
+		}
+	case <-time.After(5 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("run served with no allocator and no rules")
 	}
 }

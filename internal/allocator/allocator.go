@@ -213,11 +213,11 @@ func (a *Allocator) listen() error {
 		return fmt.Errorf("allocator: listen %s: %w", addr, err)
 	}
 	a.lis = lis
-	a.grpc = grpc.NewServer(
+	a.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(a.metrics.UnaryInterceptor()),
 		// Nodes keep their connection warm with pings; allow them.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	}, server.DecodeOptions()...)...) // a request that does not decode is InvalidArgument
 	a.server.Register(a.grpc)
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpc, a.health)

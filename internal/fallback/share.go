@@ -1,6 +1,8 @@
 package fallback
 
 import (
+	"math"
+	"math/big"
 	"sync"
 	"time"
 
@@ -72,7 +74,8 @@ func (s *Share) resize(r *rules.Rule, nodes int, now time.Time) {
 	if capacity <= 0 {
 		return
 	}
-	tb, err := bucket.NewTokenBucketPer(capacity, r.Limit, r.Period*time.Duration(nodes), now)
+	tokens, per := shareRate(r.Limit, r.Period, nodes)
+	tb, err := bucket.NewTokenBucketPer(capacity, tokens, per, now)
 	if err != nil {
 		return
 	}
@@ -81,6 +84,31 @@ func (s *Share) resize(r *rules.Rule, nodes int, now time.Time) {
 		tb.Deposit(held)
 	}
 	s.tb = tb
+}
+
+// ShareRate is one node's part of r's rate with the fleet at nodes, as
+// tokens per a duration for bucket.NewTokenBucketPer: r.Limit per
+// r.Period×nodes. See shareRate for periods past the longest Duration.
+func ShareRate(r *rules.Rule, nodes int) (tokens int64, per time.Duration) {
+	return shareRate(r.Limit, r.Period, nodes)
+}
+
+// shareRate is limit per period×nodes (nodes below 1 count as 1). A long
+// period over many nodes (a year over 292) is more than a Duration holds,
+// and the product would wrap: to a negative period that denies everything,
+// or to a shorter one that admits many times the limit. Past the longest
+// Duration the period saturates and the tokens shrink with it, rounded
+// down, so the rate never grows; at least one token, since a bucket needs
+// a rate: that is one token in ~292 years.
+func shareRate(limit int64, period time.Duration, nodes int) (int64, time.Duration) {
+	n := int64(max(nodes, 1))
+	if period <= math.MaxInt64/time.Duration(n) {
+		return limit, period * time.Duration(n)
+	}
+	span := new(big.Int).Mul(big.NewInt(int64(period)), big.NewInt(n))
+	tokens := new(big.Int).Mul(big.NewInt(limit), big.NewInt(math.MaxInt64))
+	tokens.Quo(tokens, span) // below limit: span is above MaxInt64
+	return max(tokens.Int64(), 1), math.MaxInt64
 }
 
 // Shares holds the fallback shares of one rule's keys. Keys that have not
@@ -100,8 +128,11 @@ type shareEntry struct {
 // at least the time the rule's bucket takes to refill, so a fresh, full
 // share admits nothing a kept one would not.
 func forgetAfter(r *rules.Rule) time.Duration {
-	refill := time.Duration(float64(r.Period) * float64(r.Capacity()) / float64(r.Limit))
-	return max(time.Minute, refill)
+	refill := float64(r.Period) * float64(r.Capacity()) / float64(r.Limit)
+	if refill >= math.MaxInt64 { // a year's period, a huge burst, a tiny limit
+		return math.MaxInt64
+	}
+	return max(time.Minute, time.Duration(refill))
 }
 
 // Get returns the key's share under r, creating it.

@@ -81,6 +81,21 @@ func TestErrorsNameFileRuleAndField(t *testing.T) {
 		{"empty", "", `t.yaml: rules: the file is empty`},
 		{"not a list", "rules: 3\n", `t.yaml:1: rules: must be a list`},
 		{"second rule unnamed", head + "  - algorithm: token_bucket\n", `t.yaml:6: rule #2: field name: is required`},
+		// One document, one rules list, at least one rule: nothing in the
+		// file is silently ignored, and a reload cannot make every rule
+		// unknown by accident.
+		{"rules twice", head + "rules:\n  - name: r2\n    algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `t.yaml:6: rules: given twice`},
+		{"second document", head + "---\nrules:\n  - name: r2\n    algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `t.yaml:6: rules: a second YAML document`},
+		{"only comments", "# no rules yet\n---\n", `t.yaml: rules: the file is empty`},
+		{"empty rules", "rules: []\n", `t.yaml:1: rules: must hold at least one rule`},
+		{"null rules", "rules:\n", `t.yaml:1: rules: must be a list`},
+		// Syntax errors name the line of the problem, not of the block
+		// around it.
+		{"bad indentation", head + "   burst: 5\n", `t.yaml:6: `},
+		{"list item in a rule", head + "    - burst: 5\n", `t.yaml:6: `},
+		{"tab", head + "\tburst: 5\n", `t.yaml:6: `},
+		{"open flow", head + "    lease: { ttl: 1s\n", `t.yaml:6: `},
+		{"syntax in second document", head + "---\nrules: [\n  x: y\n", `t.yaml:8: `},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -137,5 +152,17 @@ func TestProtoRoundTrip(t *testing.T) {
 			t.Logf("got %+v\nwant %+v", *r, *want.Rules()[i])
 		}
 		t.Fatalf("round trip changed the set: version %s, want %s", got.Version(), want.Version())
+	}
+}
+
+// Markers around the one document, and a trailing empty one, hold nothing
+// to ignore.
+func TestDocumentMarkers(t *testing.T) {
+	const head = "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 10\n    period: 1s\n"
+	for _, doc := range []string{"---\n" + head, head + "...\n", head + "---\n", head + "---\n# the end\n"} {
+		s, err := Parse("t.yaml", []byte(doc))
+		if err != nil || s.Len() != 1 {
+			t.Errorf("%q: %v, want one rule", doc, err)
+		}
 	}
 }

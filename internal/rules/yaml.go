@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"time"
@@ -39,18 +38,24 @@ func Example() *Set {
 	return s
 }
 
-// Parse validates a rules document; file names it in errors.
+// Parse validates a rules document; file names it in errors. The file is
+// one YAML document holding one non-empty rules list: nothing in it may be
+// silently ignored, and a reload cannot leave every rule unknown.
 func Parse(file string, data []byte) (*Set, error) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, &FieldError{File: file, Field: "rules", Msg: "the file is empty"}
-		}
-		return nil, fmt.Errorf("%s: %w", file, err)
+	docs, err := decodeAll(data)
+	if err != nil {
+		return nil, syntaxError(file, data, err)
 	}
+	if len(docs) == 0 {
+		return nil, &FieldError{File: file, Field: "rules", Msg: "the file is empty"}
+	}
+	if len(docs) > 1 {
+		return nil, &FieldError{File: file, Line: docs[1].Line, Field: "rules",
+			Msg: "a second YAML document: the file must hold one"}
+	}
+	doc := docs[0]
 	p := parser{file: file}
-	list, err := p.document(&doc)
+	list, err := p.document(doc)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +101,9 @@ func (p *parser) document(doc *yaml.Node) ([]Rule, error) {
 		if k.Value != "rules" {
 			return nil, p.fail(k, "", k.Value, "unknown top-level field (the file holds only 'rules')")
 		}
+		if seq != nil {
+			return nil, p.fail(k, "", "rules", "given twice")
+		}
 		seq = v
 	}
 	if seq == nil {
@@ -103,6 +111,9 @@ func (p *parser) document(doc *yaml.Node) ([]Rule, error) {
 	}
 	if seq.Kind != yaml.SequenceNode {
 		return nil, p.fail(seq, "", "rules", "must be a list of rules")
+	}
+	if len(seq.Content) == 0 {
+		return nil, p.fail(seq, "", "rules", "must hold at least one rule")
 	}
 	p.lines = make(map[string]int)
 	out := make([]Rule, 0, len(seq.Content))

@@ -137,9 +137,9 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		if math.IsNaN(wantRate) || math.IsInf(wantRate, 0) || wantRate < 0 {
 			return nil, invalid(field+".want_rate", "must be a finite rate of zero or more tokens per second, got %v", wantRate)
 		}
-		age := lr.GetConsumedAge().AsDuration()
-		if age < 0 {
-			return nil, invalid(field+".consumed_age", "must not be negative, got %v", age)
+		age, err := checkAge(field+".consumed_age", lr.GetConsumedAge())
+		if err != nil {
+			return nil, err
 		}
 		k := ruleKey{r.Name, lr.GetKey()}
 		if j, dup := seen[k]; dup {

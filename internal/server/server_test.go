@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/internal/clock"
@@ -130,6 +131,11 @@ func TestBadAcquireRequests(t *testing.T) {
 		{"strict rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "log", Key: "k", Want: 1}}}, codes.FailedPrecondition, "requests[0].rule"},
 		{"duplicate", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{ok, ok}}, codes.InvalidArgument, "requests[1]"},
 		{"long node id", &allotv1.AcquireRequest{NodeId: strings.Repeat("n", 200), Requests: []*allotv1.LeaseRequest{ok}}, codes.InvalidArgument, "node_id"},
+		{"negative consumed_age", ageRequest(&durationpb.Duration{Seconds: -1}), codes.InvalidArgument, "requests[0].consumed_age"},
+		{"consumed_age nanos above range", ageRequest(&durationpb.Duration{Seconds: 1, Nanos: 1_500_000_000}), codes.InvalidArgument, "requests[0].consumed_age"},
+		{"consumed_age nanos below range", ageRequest(&durationpb.Duration{Nanos: -1_000_000_000}), codes.InvalidArgument, "requests[0].consumed_age"},
+		{"consumed_age signs differ", ageRequest(&durationpb.Duration{Seconds: 1, Nanos: -5}), codes.InvalidArgument, "requests[0].consumed_age"},
+		{"consumed_age past 10,000 years", ageRequest(&durationpb.Duration{Seconds: 315_576_000_001}), codes.InvalidArgument, "requests[0].consumed_age"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,6 +148,10 @@ func TestBadAcquireRequests(t *testing.T) {
 	if err != nil || !resp.Allowed {
 		t.Fatalf("after the bad calls, a cost of 100 = %v, %v; want allowed", resp, err)
 	}
+}
+
+func ageRequest(age *durationpb.Duration) *allotv1.AcquireRequest {
+	return &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Consumed: 1, ConsumedAge: age}}}
 }
 
 func TestBadCheckAndReleaseRequests(t *testing.T) {

@@ -2,10 +2,12 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -96,6 +98,23 @@ func (l Limits) checkTokens(field string, n int64) error {
 		return invalid(field, "is %d, at most %d", n, l.MaxTokens)
 	}
 	return nil
+}
+
+// checkAge reads a duration a node claims: a valid google.protobuf.Duration
+// (nanos within ±999,999,999 and of the seconds' sign, seconds within
+// ±10,000 years), never negative. An absent one is zero.
+func checkAge(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, invalid(field, "is not a valid duration (seconds %d, nanos %d)", d.GetSeconds(), d.GetNanos())
+	}
+	age := d.AsDuration()
+	if age < 0 {
+		return 0, invalid(field, "must not be negative, got %v", age)
+	}
+	return age, nil
 }
 
 // lookup finds a rule; an unknown name is NotFound, a malformed one invalid.

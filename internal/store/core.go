@@ -117,10 +117,15 @@ func (st *state) refillWait(r *rules.Rule, now, ttl int64, need float64) int64 {
 }
 
 // roll moves a window state to the window holding now and returns that
-// window's index and start.
-func (st *state) roll(r *rules.Rule, now int64) (epoch, start int64) {
+// window's index and start, and the instant to decide at. A window never
+// moves backwards: when the store's clock has stepped back before the
+// state's window (a failover to a replica whose clock is behind), the state
+// stays in its window and the decision is made at that window's start, so a
+// full window stays full and a sliding window weighs its previous one in
+// full, until the clock is past it again.
+func (st *state) roll(r *rules.Rule, now int64) (epoch, start, at int64) {
 	p := periodUS(r)
-	epoch = now / p
+	epoch = max(now/p, st.stamp)
 	if st.stamp != epoch {
 		if r.Algorithm == rules.SlidingWindow && st.stamp == epoch-1 {
 			st.prev = st.tokens
@@ -129,7 +134,8 @@ func (st *state) roll(r *rules.Rule, now int64) (epoch, start int64) {
 		}
 		st.tokens, st.stamp = 0, epoch
 	}
-	return epoch, epoch * p
+	start = epoch * p
+	return epoch, start, max(now, start)
 }
 
 // estimate is the sliding window counter: the previous window weighted by
@@ -272,7 +278,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 
 func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	limit, p := float64(r.Limit), periodUS(r)
-	epoch, start := st.roll(r, now)
+	epoch, start, at := st.roll(r, now)
 	st.credit(r, epoch, req.Returned, req.ReturnedEpoch)
 	ceiling := 2 * limit
 	if req.ConsumedAge.Microseconds() >= p {
@@ -282,7 +288,7 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {
-		used = st.estimate(r, now, start)
+		used = st.estimate(r, at, start)
 	}
 	g := fairGrant(int64(math.Floor(math.Max(limit-used, 0))), req.Want, others)
 	st.tokens += float64(g)
@@ -291,15 +297,15 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	end := start + p
 	if r.Algorithm == rules.FixedWindow {
 		// Tokens of a window die with it: the window never exceeds its limit.
-		l.TTL = us(min(ttl, end-now))
+		l.TTL = us(min(ttl, end-at))
 		if g < req.Want && l.Remaining == 0 {
-			l.RetryAfter = us(end - now)
+			l.RetryAfter = us(end - at)
 		}
 		st.expires = end + ttl
 		return l
 	}
 	if g < req.Want {
-		l.RetryAfter = us(st.slidingRetry(r, now, start, min(req.Want-g, r.Limit)))
+		l.RetryAfter = us(st.slidingRetry(r, at, start, min(req.Want-g, r.Limit)))
 	}
 	st.expires = start + 2*p + ttl
 	return l
@@ -333,7 +339,7 @@ func (st *state) release(r *rules.Rule, now int64, ret *Return) {
 		st.tokens = math.Min(float64(r.Burst), st.tokens+float64(ret.Tokens))
 	case rules.FixedWindow, rules.SlidingWindow:
 		delete(st.holders, ret.Node)
-		epoch, _ := st.roll(r, now)
+		epoch, _, _ := st.roll(r, now)
 		st.credit(r, epoch, ret.Tokens, ret.Epoch)
 	}
 }
@@ -382,10 +388,10 @@ func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
 
 func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	limit, p := float64(r.Limit), periodUS(r)
-	_, start := st.roll(r, now)
+	_, start, at := st.roll(r, now)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {
-		used = st.estimate(r, now, start)
+		used = st.estimate(r, at, start)
 	}
 	d := Decision{Limit: r.Limit}
 	if used+float64(cost) <= limit {
@@ -397,20 +403,20 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	end := start + p
 	if r.Algorithm == rules.FixedWindow {
 		if !d.Allowed {
-			d.RetryAfter = us(end - now)
+			d.RetryAfter = us(end - at)
 		}
-		d.ResetAfter = us(end - now)
+		d.ResetAfter = us(end - at)
 		st.expires = end + r.Lease.TTL.Microseconds()
 		return d
 	}
 	if !d.Allowed {
-		d.RetryAfter = us(st.slidingRetry(r, now, start, cost))
+		d.RetryAfter = us(st.slidingRetry(r, at, start, cost))
 	}
 	switch {
 	case st.tokens > 0:
-		d.ResetAfter = us(start + 2*p - now)
+		d.ResetAfter = us(start + 2*p - at)
 	case st.prev > 0:
-		d.ResetAfter = us(end - now)
+		d.ResetAfter = us(end - at)
 	}
 	st.expires = start + 2*p + r.Lease.TTL.Microseconds()
 	return d

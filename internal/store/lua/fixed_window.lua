@@ -6,14 +6,17 @@ local function fresh()
   return { t = 0, s = 0, p = 0, holders = {} }
 end
 
--- roll moves the state to the window holding now. fmod is exact, so the
--- index is the same integer division core.go performs.
+-- roll moves the state to the window holding now, and returns its index,
+-- its start and the instant to decide at. fmod is exact, so the index is the
+-- same integer division core.go performs. A window never moves backwards: a
+-- clock that stepped back before the state's window decides at its start.
 local function roll(st, now)
-  local epoch = (now - math.fmod(now, period)) / period
+  local epoch = math.max((now - math.fmod(now, period)) / period, st.s)
   if st.s ~= epoch then
     st.t, st.s = 0, epoch
   end
-  return epoch, epoch * period
+  local start = epoch * period
+  return epoch, start, math.max(now, start)
 end
 
 local function save_window(st, now)
@@ -30,7 +33,7 @@ end
 
 local function acquire(now, req)
   local st = load(now, true) or fresh()
-  local epoch, start = roll(st, now)
+  local epoch, start, at = roll(st, now)
   credit(st, epoch, req.returned, req.returned_epoch)
   local ceiling = 2 * limit
   if req.age >= period then
@@ -44,10 +47,10 @@ local function acquire(now, req)
   local remaining = math.floor(math.max(limit - used - g, 0))
   local stop = start + period
   -- Tokens of a window die with it: the window never exceeds its limit.
-  local lease_ttl = math.min(ttl, stop - now)
+  local lease_ttl = math.min(ttl, stop - at)
   local retry = 0
   if g < req.want and remaining == 0 then
-    retry = stop - now
+    retry = stop - at
   end
   st.x = stop + ttl
   save_window(st, now)
@@ -70,7 +73,7 @@ end
 
 local function check(now, cost)
   local st = load(now) or fresh()
-  local _, start = roll(st, now)
+  local _, start, at = roll(st, now)
   local used = st.t
   local allowed = 0
   if used + cost <= limit then
@@ -82,11 +85,11 @@ local function check(now, cost)
   local stop = start + period
   local retry = 0
   if allowed == 0 then
-    retry = stop - now
+    retry = stop - at
   end
   st.x = stop + ttl
   save_window(st, now)
-  return { allowed, remaining, retry, stop - now }
+  return { allowed, remaining, retry, stop - at }
 end
 
 return dispatch(acquire, release, check)

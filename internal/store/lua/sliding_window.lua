@@ -8,10 +8,12 @@ local function fresh()
 end
 
 -- roll moves the state to the window holding now; the window before it
--- becomes the previous one. fmod is exact, so the index is core.go's integer
--- division.
+-- becomes the previous one. It returns the window's index, its start and the
+-- instant to decide at. fmod is exact, so the index is core.go's integer
+-- division. A window never moves backwards: a clock that stepped back before
+-- the state's window decides at its start.
 local function roll(st, now)
-  local epoch = (now - math.fmod(now, period)) / period
+  local epoch = math.max((now - math.fmod(now, period)) / period, st.s)
   if st.s ~= epoch then
     if st.s == epoch - 1 then
       st.p = st.t
@@ -20,7 +22,8 @@ local function roll(st, now)
     end
     st.t, st.s = 0, epoch
   end
-  return epoch, epoch * period
+  local start = epoch * period
+  return epoch, start, math.max(now, start)
 end
 
 -- The previous window weighted by how much of it the sliding window still
@@ -60,7 +63,7 @@ end
 
 local function acquire(now, req)
   local st = load(now, true) or fresh()
-  local epoch, start = roll(st, now)
+  local epoch, start, at = roll(st, now)
   credit(st, epoch, req.returned, req.returned_epoch)
   local ceiling = 2 * limit
   if req.age >= period then
@@ -68,13 +71,13 @@ local function acquire(now, req)
   end
   st.t = math.min(st.t + req.consumed, ceiling)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now)
-  local used = estimate(st, now, start)
+  local used = estimate(st, at, start)
   local g = fair_grant(math.floor(math.max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   local remaining = math.floor(math.max(limit - used - g, 0))
   local retry = 0
   if g < req.want then
-    retry = sliding_retry(st, now, start, math.min(req.want - g, limit))
+    retry = sliding_retry(st, at, start, math.min(req.want - g, limit))
   end
   st.x = start + 2 * period + ttl
   save_window(st, now)
@@ -97,8 +100,8 @@ end
 
 local function check(now, cost)
   local st = load(now) or fresh()
-  local _, start = roll(st, now)
-  local used = estimate(st, now, start)
+  local _, start, at = roll(st, now)
+  local used = estimate(st, at, start)
   local allowed = 0
   if used + cost <= limit then
     st.t = st.t + cost
@@ -109,12 +112,12 @@ local function check(now, cost)
   local stop = start + period
   local retry, reset = 0, 0
   if allowed == 0 then
-    retry = sliding_retry(st, now, start, cost)
+    retry = sliding_retry(st, at, start, cost)
   end
   if st.t > 0 then
-    reset = start + 2 * period - now
+    reset = start + 2 * period - at
   elseif st.p > 0 then
-    reset = stop - now
+    reset = stop - at
   end
   st.x = start + 2 * period + ttl
   save_window(st, now)

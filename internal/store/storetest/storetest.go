@@ -24,6 +24,10 @@ type Harness struct {
 	// Advance moves the store's clock forward by at least d. A store on a
 	// real clock sleeps.
 	Advance func(t *testing.T, d time.Duration)
+	// StepBack moves the store's clock back by exactly d, as a failover to a
+	// replica whose clock is behind does. Optional: a store whose clock
+	// cannot step skips the tests that need it.
+	StepBack func(t *testing.T, d time.Duration)
 }
 
 var ruleSeq atomic.Int64
@@ -92,6 +96,8 @@ func Run(t *testing.T, h Harness) {
 		{"FixedWindowLeaseEndsWithWindow", testFixedWindowLease},
 		{"FixedWindowDropsOldReturns", testFixedWindowOldReturn},
 		{"SlidingWindowCountsPrevious", testSlidingWindow},
+		{"FixedWindowSurvivesClockStepBack", testFixedWindowStepBack},
+		{"SlidingWindowSurvivesClockStepBack", testSlidingWindowStepBack},
 		{"CheckBucket", testCheckBucket},
 		{"CheckFixedWindow", testCheckFixedWindow},
 		{"CheckSlidingLog", testCheckSlidingLog},
