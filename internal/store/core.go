@@ -434,17 +434,25 @@ func (st *state) checkLog(r *rules.Rule, now, cost int64) Decision {
 	d := Decision{Limit: r.Limit}
 	n := int64(len(st.log))
 	if n+cost <= r.Limit {
+		// An entry is stamped no earlier than the newest one: after the
+		// store's clock steps back, entries must not leave the log early
+		// (and the log stays sorted, as a Redis sorted set is).
+		at := now
+		if n > 0 {
+			at = max(at, st.log[n-1])
+		}
 		for range cost {
-			st.log = append(st.log, now)
+			st.log = append(st.log, at)
 		}
 		d.Allowed = true
 	} else {
 		d.RetryAfter = us(st.log[n+cost-r.Limit-1] + p - now)
 	}
 	d.Remaining = r.Limit - int64(len(st.log))
+	st.expires = now + p
 	if len(st.log) > 0 {
 		d.ResetAfter = us(st.log[len(st.log)-1] + p - now)
+		st.expires = st.log[len(st.log)-1] + p
 	}
-	st.expires = now + p
 	return d
 }

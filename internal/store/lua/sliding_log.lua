@@ -32,7 +32,13 @@ local function check(now, cost)
   local n = redis.call('ZCARD', key)
   local allowed, retry, count = 0, 0, n
   if n + cost <= limit then
-    append(now, cost)
+    -- No earlier than the newest entry: after the clock steps back, entries
+    -- must not leave the log early.
+    local at = now
+    if n > 0 then
+      at = math.max(at, score(-1))
+    end
+    append(at, cost)
     count = n + math.max(cost, 0)
     allowed = 1
   else
@@ -41,7 +47,7 @@ local function check(now, cost)
   local reset = 0
   if count > 0 then
     reset = score(-1) + period - now
-    redis.call('PEXPIRE', key, fmt(math.max(1, math.ceil(period / 1000))))
+    redis.call('PEXPIRE', key, fmt(math.max(1, math.ceil(reset / 1000))))
   end
   return { allowed, limit - count, retry, reset }
 end

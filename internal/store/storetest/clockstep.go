@@ -105,3 +105,37 @@ func testSlidingWindowStepBack(t *testing.T, h Harness) {
 		t.Fatalf("10 of 10 two windows later refused: %+v", d)
 	}
 }
+
+// testSlidingLogStepBack: an entry logged after the clock stepped back is
+// stamped no earlier than the newest entry, so that it does not leave the
+// log early. Before, five entries stamped 100ms after the first (of ten per
+// second) let six more in at 1.15s, when only five had left.
+func testSlidingLogStepBack(t *testing.T, h Harness) {
+	if h.StepBack == nil {
+		t.Skip("the store's clock cannot step back")
+	}
+	s := h.New(t)
+	r := rule(t, rules.Rule{Name: "sl", Algorithm: rules.SlidingLog, Limit: 10, Period: stepPeriod})
+	for i, st := range []struct {
+		advance, back time.Duration
+		cost          int64
+	}{
+		{0, 0, 5},                       // 5 at 0
+		{900 * time.Millisecond, 0, 3},  // 3 at 900ms
+		{0, 800 * time.Millisecond, 2},  // 2 at 100ms by the clock: stamped 900ms
+		{1050 * time.Millisecond, 0, 5}, // at 1.15s the 5 of 0 have left, the others not
+	} {
+		h.Advance(t, st.advance)
+		if st.back > 0 {
+			h.StepBack(t, st.back)
+		}
+		if i == 3 {
+			if d := check(t, s, r, "k", 6); d.Allowed {
+				t.Fatalf("6 admitted at 1.15s: the 2 logged after the clock stepped back left early: %+v", d)
+			}
+		}
+		if d := check(t, s, r, "k", st.cost); !d.Allowed {
+			t.Fatalf("step %d: %d of the log's room refused: %+v", i, st.cost, d)
+		}
+	}
+}

@@ -98,6 +98,7 @@ func Run(t *testing.T, h Harness) {
 		{"SlidingWindowCountsPrevious", testSlidingWindow},
 		{"FixedWindowSurvivesClockStepBack", testFixedWindowStepBack},
 		{"SlidingWindowSurvivesClockStepBack", testSlidingWindowStepBack},
+		{"SlidingLogSurvivesClockStepBack", testSlidingLogStepBack},
 		{"CheckBucket", testCheckBucket},
 		{"CheckFixedWindow", testCheckFixedWindow},
 		{"CheckSlidingLog", testCheckSlidingLog},
