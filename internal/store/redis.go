@@ -380,8 +380,10 @@ var transientReplies = []string{
 func transient(err redis.Error) bool { return hasReplyPrefix(err, transientReplies) }
 
 // refusedReplies are the error replies of a Redis that does not accept
-// the allocator's credentials.
-var refusedReplies = []string{"NOAUTH", "WRONGPASS", "NOPERM"}
+// the allocator's credentials. An unauthenticated client that sends a
+// command of many arguments (every script call) gets the protocol error
+// instead of NOAUTH, and is disconnected.
+var refusedReplies = []string{"NOAUTH", "WRONGPASS", "NOPERM", "ERR Protocol error: unauthenticated"}
 
 func refused(err redis.Error) bool { return hasReplyPrefix(err, refusedReplies) }
 
