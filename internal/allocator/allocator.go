@@ -306,7 +306,8 @@ func (a *Allocator) listen() error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
 	mux.Handle("/healthz", a.storeOK)
-	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)} // e.g. refused TLS handshakes, structured
 	return nil
 }
 
