@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +25,7 @@ import (
 	"github.com/allot-dev/allot/internal/allocator"
 	"github.com/allot-dev/allot/internal/certs/certstest"
 	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/fallback"
 )
 
 // pki is a fleet CA with the allocator's certificate in files, and a rogue
@@ -101,7 +105,9 @@ func listServices(ctx context.Context, conn *grpc.ClientConn) error {
 	if err != nil {
 		return err
 	}
-	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+	// A stream the server has already ended gives io.EOF on Send; its
+	// status comes with Recv.
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	_, err = stream.Recv()
@@ -320,5 +326,44 @@ func TestSecurityConfigErrors(t *testing.T) {
 		if _, err := allocator.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error naming %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// The gossip keyring file is read again on ReloadCredentials (SIGHUP): a
+// member with only the new key is refused before and joins after.
+func TestGossipKeyringReload(t *testing.T) {
+	dir := t.TempDir()
+	oldKey, newKey := strings.Repeat("o", 32), strings.Repeat("n", 32)
+	keyring := filepath.Join(dir, "keyring")
+	writeKeys := func(keys ...string) {
+		var lines []string
+		for _, k := range keys {
+			lines = append(lines, base64.StdEncoding.EncodeToString([]byte(k)))
+		}
+		writeFile(t, keyring, strings.Join(lines, "\n")+"\n")
+	}
+	writeKeys(oldKey)
+	a := serve(t, allocator.Config{GossipBind: "127.0.0.1:0", GossipKeyringFile: keyring})
+	join := func(name string) error {
+		g, err := fallback.Join(fallback.GossipConfig{Name: name, Fast: true, Keys: [][]byte{[]byte(newKey)},
+			Join: []string{a.GossipAddr()}})
+		if err == nil {
+			g.Stop()
+		}
+		return err
+	}
+	if err := join("early"); err == nil {
+		t.Fatal("a member with a key the allocator does not have joined")
+	}
+	writeKeys(newKey, oldKey)
+	if err := a.ReloadCredentials(); err != nil {
+		t.Fatal(err)
+	}
+	if err := join("late"); err != nil {
+		t.Fatalf("after the reload: %v", err)
+	}
+	writeKeys("too short")
+	if err := a.ReloadCredentials(); err == nil || !strings.Contains(err.Error(), "--gossip-keyring") {
+		t.Fatalf("a bad keyring file: %v", err)
 	}
 }
