@@ -127,7 +127,9 @@ type Allocator struct {
 	leaveOnce sync.Once
 }
 
-// New builds an allocator and binds its listeners; Serve starts serving.
+// New builds an allocator, binds its listeners and starts its background
+// loops (the store probe, the certificate poll); Serve starts serving, and
+// Stop or Shutdown ends it all.
 func New(cfg Config) (*Allocator, error) {
 	a := &Allocator{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), clock: cfg.Clock}
 	if a.log == nil {
@@ -169,6 +171,9 @@ func New(cfg Config) (*Allocator, error) {
 		a.closeStore()
 		return nil, err
 	}
+	// The loops start last, once nothing can fail; Stop ends them.
+	a.storeOK.loop()
+	a.pollCerts()
 	return a, nil
 }
 
@@ -337,8 +342,7 @@ func (a *Allocator) Serve() error {
 			}
 		}()
 	}
-	a.storeOK.start()
-	a.pollCerts()
+	a.storeOK.serving()
 	a.log.Info("allocator serving", "tls", a.certs != nil, "mtls", a.cfg.TLS.ClientCAFile != "", "grpc", a.Addr(), "metrics", a.MetricsAddr(), "rules", a.server.Rules().Len(),
 		"rules_version", a.server.Rules().Version())
 	err := a.grpc.Serve(a.lis)

@@ -34,6 +34,7 @@ type storeHealth struct {
 	err      error // the last probe's failure, nil when healthy
 	started  bool  // Serve has begun: statuses may be published
 	draining bool
+	probing  bool // the loop runs
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -86,12 +87,19 @@ func (h *storeHealth) publishLocked() {
 	h.grpc.SetServingStatus(allocatorService, st)
 }
 
-// start publishes the current state and probes every probeEvery until
-// shutdown.
-func (h *storeHealth) start() {
+// serving publishes the current state from now on: Serve has begun.
+func (h *storeHealth) serving() {
 	h.mu.Lock()
 	h.started = true
 	h.publishLocked()
+	h.mu.Unlock()
+}
+
+// loop probes every probeEvery until shutdown. It starts with New, so that
+// an allocator's goroutines all exist when New returns.
+func (h *storeHealth) loop() {
+	h.mu.Lock()
+	h.probing = true
 	h.mu.Unlock()
 	go func() {
 		defer close(h.done)
@@ -113,12 +121,12 @@ func (h *storeHealth) start() {
 func (h *storeHealth) shutdown() {
 	h.mu.Lock()
 	h.draining = true
-	started := h.started
+	probing := h.probing
 	h.mu.Unlock()
 	h.grpc.Shutdown()
 	h.stopOnce.Do(func() {
 		close(h.stop)
-		if started {
+		if probing {
 			<-h.done
 		}
 	})
