@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # Allot's allocator and the example service, built once and shipped in two
-# small images (targets "allocator" and "service"). docker-compose.yml runs
-# them beside Redis.
+# small images (targets "allocator" and "service"), and a "dev-ca" image
+# that makes a throwaway CA for trying mTLS. docker-compose.yml runs them
+# beside Redis.
 #
 #   docker build --target allocator -t allot-allocator .
 #   docker build --target service   -t allot-example-service .
@@ -30,3 +31,10 @@ FROM gcr.io/distroless/static-debian12:nonroot AS service
 COPY --from=build /out/service /service
 EXPOSE 8080
 ENTRYPOINT ["/service"]
+
+# Runs scripts/make-dev-ca.sh into /certs (a volume) and hands the files to
+# the nonroot user of the images above. For trying mTLS only.
+FROM alpine:3 AS dev-ca
+RUN apk add --no-cache bash openssl
+COPY scripts/make-dev-ca.sh /make-dev-ca.sh
+ENTRYPOINT ["/bin/sh", "-c", "/make-dev-ca.sh /certs --allocator allocator-1 --allocator allocator-2 --node service-1 && chown -R 65532:65532 /certs"]

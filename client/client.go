@@ -15,7 +15,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
@@ -147,9 +146,8 @@ func (c *Client) dial() error {
 	r := manual.NewBuilderWithScheme(fmt.Sprintf("allot%d", resolverSeq.Add(1)))
 	c.res = r
 	c.setAllocators(c.cfg.Allocators)
-	opts := []grpc.DialOption{
+	opts := append(c.cfg.transportOptions(),
 		grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 		// Reconnect quickly once an allocator is back: the default backoff
 		// grows to two minutes, far longer than a lease, and nodes must
@@ -158,7 +156,7 @@ func (c *Client) dial() error {
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 			MinConnectTimeout: time.Second,
 		}),
-	}
+	)
 	conn, err := grpc.NewClient(r.Scheme()+":///allocators", append(opts, c.cfg.DialOptions...)...)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
@@ -173,7 +171,7 @@ func (c *Client) joinGossip() error {
 		return nil
 	}
 	gossip, err := fallback.Join(fallback.GossipConfig{Name: c.cfg.NodeID, Role: fallback.RoleNode,
-		Bind: g.Bind, Join: g.Join, Fast: g.Fast, Logger: c.cfg.Logger})
+		Bind: g.Bind, Join: g.Join, Fast: g.Fast, Keys: g.Keys, TrustAllocators: g.TrustAllocators, Logger: c.cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -194,7 +192,7 @@ func (c *Client) setAllocators(addrs []string) {
 	c.addrs = joined
 	state := resolver.State{}
 	for _, a := range addrs {
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+		state.Addresses = append(state.Addresses, c.address(a))
 	}
 	c.res.UpdateState(state)
 }

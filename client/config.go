@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,8 +70,22 @@ type Config struct {
 	// default: slog.Default()
 	Logger *slog.Logger
 
-	// DialOptions are added to the gRPC connection, e.g. TLS credentials.
+	// TLS, when set, dials the allocators over TLS with this configuration:
+	// RootCAs to verify them by, and Certificates (or GetClientCertificate)
+	// for mTLS. With ServerName empty, each allocator's certificate must
+	// carry the host it is dialed by (the address given or advertised in
+	// gossip); with ServerName set, every allocator's must carry that name.
 	// default: plaintext
+	TLS *tls.Config
+
+	// Token is a shared secret sent with every call
+	// ("authorization: Bearer <token>"), for allocators started with
+	// --auth-token-file. It needs TLS: New refuses a token without it, so
+	// that it never crosses the network in plaintext. default: none
+	Token string
+
+	// DialOptions are added to the gRPC connection. Use TLS for TLS.
+	// default: none
 	DialOptions []grpc.DialOption
 
 	// Lease tunes lease bookkeeping. The zero value is the default.
@@ -105,6 +120,17 @@ type GossipConfig struct {
 	// Fast uses short probe intervals, for loopback tests: a crashed node is
 	// noticed in about a second instead of about five.
 	Fast bool
+	// Keys encrypt and authenticate the pool's messages: members without
+	// one of them cannot join, count as nodes or advertise an allocator.
+	// Keys[0] encrypts, the others are accepted too; each is 16, 24 or 32
+	// bytes (the allocator's --gossip-keyring file holds them in base64).
+	// Rotate with Client.SetGossipKeys. default: none, gossip in the clear
+	Keys [][]byte
+	// TrustAllocators, when set, are patterns (path.Match syntax, e.g.
+	// "10.0.3.*:7070") an allocator's advertised address must match to be
+	// dialed. With Config.TLS, an allocator is also used only if its
+	// certificate verifies. default: every allocator in the pool
+	TrustAllocators []string
 }
 
 // Rule is a rate-limit rule given to a node directly; it has the fields of
@@ -183,7 +209,7 @@ func (c *Config) fill() error {
 	if !utf8.ValidString(c.NodeID) {
 		return fmt.Errorf("client: Config.NodeID %q is not UTF-8", c.NodeID)
 	}
-	return nil
+	return c.checkSecurity()
 }
 
 // The allocator's input limits, checked here so that one bad key cannot

@@ -35,6 +35,15 @@ type options struct {
 	gossip       string
 	join         string
 	advertise    string
+
+	tlsCert, tlsKey, tlsClientCA string
+	tlsNodeID                    string
+	tlsReload                    time.Duration
+	metricsTLS                   string
+	tokenFile                    string
+	reflection, getRules         string
+	maxInFlight, maxPerNode      int
+	gossipKeyring                string
 }
 
 func main() {
@@ -61,6 +70,18 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.gossip, "gossip", "", "memberlist address to gossip on, host:port; empty disables (ALLOT_GOSSIP)")
 	fs.StringVar(&o.join, "join", "", "comma-separated gossip members to join (ALLOT_JOIN)")
 	fs.StringVar(&o.advertise, "advertise", "", "gRPC address nodes should dial, told through gossip (ALLOT_ADVERTISE). Default: --listen")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain: serve gRPC over TLS (ALLOT_TLS_CERT). Default: plaintext")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert (ALLOT_TLS_KEY)")
+	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it, mTLS (ALLOT_TLS_CLIENT_CA)")
+	fs.StringVar(&o.tlsNodeID, "tls-node-id", "{node}", "with mTLS, the certificate name (DNS/URI SAN or CN) a node_id must match; {node} stands for the node_id; * accepts any (ALLOT_TLS_NODE_ID)")
+	fs.DurationVar(&o.tlsReload, "tls-reload", 5*time.Second, "how often the TLS files are read for changes; negative: only on SIGHUP (ALLOT_TLS_RELOAD)")
+	fs.StringVar(&o.metricsTLS, "metrics-tls", "", "serve --metrics over TLS with --tls-cert: tls, or mtls to require a client certificate too (ALLOT_METRICS_TLS). Default: plaintext")
+	fs.StringVar(&o.tokenFile, "auth-token-file", "", "file of shared tokens, one a line; callers send \"authorization: Bearer <token>\"; needs --tls-cert; reloaded on SIGHUP (ALLOT_AUTH_TOKEN_FILE)")
+	fs.StringVar(&o.reflection, "reflection", "authenticated", "who may use server reflection: authenticated, on or off (ALLOT_REFLECTION)")
+	fs.StringVar(&o.getRules, "get-rules", "authenticated", "who may call GetRules: authenticated, on or off (ALLOT_GET_RULES)")
+	fs.IntVar(&o.maxInFlight, "max-inflight", 256, "Acquire, Release and Check calls served at once; more get ResourceExhausted at once; negative: no bound (ALLOT_MAX_INFLIGHT)")
+	fs.IntVar(&o.maxPerNode, "max-inflight-per-node", 32, "calls in flight from one node_id; negative: no bound (ALLOT_MAX_INFLIGHT_PER_NODE)")
+	fs.StringVar(&o.gossipKeyring, "gossip-keyring", "", "file of gossip encryption keys, base64, one a line, the first encrypts; reloaded on SIGHUP (ALLOT_GOSSIP_KEYRING). Default: gossip in the clear")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (ALLOT_LOG_FORMAT)")
 	fs.Usage = func() {
@@ -128,10 +149,25 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	reflection, err := allocator.ParseAccess(o.reflection)
+	if err != nil {
+		return fmt.Errorf("--reflection: %v", err)
+	}
+	getRules, err := allocator.ParseAccess(o.getRules)
+	if err != nil {
+		return fmt.Errorf("--get-rules: %v", err)
+	}
+	if o.maxInFlight == 0 || o.maxPerNode == 0 {
+		return errors.New("--max-inflight, --max-inflight-per-node: 0 would refuse every call; give a bound, or a negative number for none")
+	}
 	a, err := allocator.New(allocator.Config{
 		Listen: o.listen, RulesFile: o.config, RedisURL: o.redis, RedisCluster: o.redisCluster, MetricsListen: o.metrics,
 		StoreTimeout: o.storeTimeout, Logger: log,
 		GossipBind: o.gossip, GossipJoin: splitList(o.join), Advertise: o.advertise,
+		TLS: allocator.TLSConfig{CertFile: o.tlsCert, KeyFile: o.tlsKey, ClientCAFile: o.tlsClientCA,
+			NodeIdentity: o.tlsNodeID, Reload: o.tlsReload},
+		MetricsTLS: o.metricsTLS, TokenFile: o.tokenFile, Reflection: reflection, GetRules: getRules,
+		MaxInFlight: o.maxInFlight, MaxInFlightPerNode: o.maxPerNode, GossipKeyringFile: o.gossipKeyring,
 	})
 	if err != nil {
 		return err
@@ -149,7 +185,10 @@ func run(args []string, stderr io.Writer) error {
 			return err
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
-				_ = a.Reload() // logged; the old rules stay
+				if o.config != "" {
+					_ = a.Reload() // logged; the old rules stay
+				}
+				_ = a.ReloadCredentials() // logged; what fails to load stays as it was
 				continue
 			}
 			log.Info("draining", "signal", sig.String(), "deadline", o.drainTimeout)

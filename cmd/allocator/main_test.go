@@ -167,3 +167,37 @@ func waitLog(t *testing.T, buf *syncBuffer, after, until string) string {
 	t.Fatalf("no log %q within 20s; stderr:\n%s", after, buf.String())
 	return ""
 }
+
+// The security and load flags have ALLOT_ variables too, and bad values
+// name the flag.
+func TestSecurityFlags(t *testing.T) {
+	t.Setenv("ALLOT_TLS_CERT", "/etc/allot/tls.crt")
+	t.Setenv("ALLOT_AUTH_TOKEN_FILE", "/etc/allot/tokens")
+	t.Setenv("ALLOT_MAX_INFLIGHT", "64")
+	o, err := parse([]string{"--tls-key", "/etc/allot/tls.key", "--reflection", "off"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.tlsCert != "/etc/allot/tls.crt" || o.tlsKey != "/etc/allot/tls.key" || o.tokenFile != "/etc/allot/tokens" ||
+		o.maxInFlight != 64 || o.maxPerNode != 32 || o.reflection != "off" || o.getRules != "authenticated" || o.tlsNodeID != "{node}" {
+		t.Fatalf("options %+v", *o)
+	}
+	os.Unsetenv("ALLOT_TLS_CERT")
+	os.Unsetenv("ALLOT_AUTH_TOKEN_FILE")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--reflection", "maybe"}, "--reflection"},
+		{[]string{"--get-rules", "no"}, "--get-rules"},
+		{[]string{"--max-inflight", "0"}, "--max-inflight"},
+		{[]string{"--tls-key", "k.pem"}, "--tls-cert and --tls-key"},
+		{[]string{"--auth-token-file", "tokens"}, "--auth-token-file needs --tls-cert"},
+		{[]string{"--metrics-tls", "yes"}, "--metrics-tls"},
+	} {
+		err := run(append(c.args, "--metrics", ""), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
+		}
+	}
+}

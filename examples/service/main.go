@@ -36,6 +36,9 @@ type options struct {
 	rule       string
 	keyHeader  string
 	trustProxy bool
+	nodeID     string
+	// Dialing the allocators over TLS (tls.go).
+	ca, cert, key, serverName, tokenFile string
 }
 
 func main() {
@@ -57,6 +60,12 @@ var env = map[string]string{
 	"rule":        "SERVICE_RULE",
 	"key-header":  "SERVICE_KEY_HEADER",
 	"trust-proxy": "SERVICE_TRUST_PROXY",
+	"node-id":     "ALLOT_NODE_ID",
+	"ca":          "ALLOT_CA",
+	"cert":        "ALLOT_CERT",
+	"key":         "ALLOT_KEY",
+	"server-name": "ALLOT_SERVER_NAME",
+	"token-file":  "ALLOT_TOKEN_FILE",
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -69,6 +78,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.rule, "rule", "api-per-key", "the Allot rule that limits GET /hello (SERVICE_RULE)")
 	fs.StringVar(&o.keyHeader, "key-header", "X-API-Key", "request header holding the API key (SERVICE_KEY_HEADER)")
 	fs.BoolVar(&o.trustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For; only behind one reverse proxy of yours (SERVICE_TRUST_PROXY)")
+	fs.StringVar(&o.nodeID, "node-id", "", "this node's id; with mTLS, the name its certificate carries (ALLOT_NODE_ID). Default: host-pid-random")
+	fs.StringVar(&o.ca, "ca", "", "PEM CA bundle to verify the allocators by: dial them over TLS (ALLOT_CA). Default: plaintext")
+	fs.StringVar(&o.cert, "cert", "", "PEM client certificate for mTLS, reloaded when it changes (ALLOT_CERT)")
+	fs.StringVar(&o.key, "key", "", "PEM key of --cert (ALLOT_KEY)")
+	fs.StringVar(&o.serverName, "server-name", "", "name every allocator's certificate must carry. Default: the host of each address (ALLOT_SERVER_NAME)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file whose first line is the allocators' shared token; needs --ca (ALLOT_TOKEN_FILE)")
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if v := getenv(env[f.Name]); v != "" && err == nil {
@@ -126,11 +141,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	tlsConfig, stopTLS, err := nodeTLS(o, log)
+	if err != nil {
+		return err
+	}
+	defer stopTLS()
+	token, err := readToken(o.tokenFile)
+	if err != nil {
+		return err
+	}
 	// The service has no rules of its own: New waits a second for an
 	// allocator's and fails without them (client.ErrNoRules), so the
 	// service does not start unlimited. Once running, it decides on its
 	// fallback share while the allocators are down.
-	c, err := client.New(client.Config{Allocators: o.allocators, Logger: log})
+	c, err := client.New(client.Config{Allocators: o.allocators, NodeID: o.nodeID, TLS: tlsConfig, Token: token, Logger: log})
 	if err != nil {
 		return err
 	}

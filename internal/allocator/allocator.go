@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/allot-dev/allot/internal/certs"
 	"github.com/allot-dev/allot/internal/clock"
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/rules"
@@ -65,6 +66,37 @@ type Config struct {
 	Advertise string
 	// Logger. default: slog.Default()
 	Logger *slog.Logger
+
+	// TLS serves gRPC over TLS, or mTLS with TLS.ClientCAFile.
+	// default: plaintext
+	TLS TLSConfig
+	// MetricsTLS serves /metrics and /healthz over TLS with the gRPC
+	// certificate: MetricsTLS, or MetricsMTLS to ask for a client
+	// certificate from TLS.ClientCAFile too. default: plaintext
+	MetricsTLS string
+	// TokenFile holds shared tokens, one a line: every call but health
+	// checks must carry one as "authorization: Bearer <token>". Several
+	// tokens allow a rotation. Needs TLS. default: no token
+	TokenFile string
+	// Reflection and GetRules say who may use server reflection and
+	// GetRules: AccessAuthenticated, AccessOn or AccessOff. Nodes need
+	// GetRules unless they are given Config.Rules. default: AccessAuthenticated
+	Reflection, GetRules Access
+	// MaxInFlight bounds the Acquire, Release and Check calls served at
+	// once; a call over it is refused with ResourceExhausted at once.
+	// Negative: no bound. default: 256
+	MaxInFlight int
+	// MaxInFlightPerNode bounds one node_id's calls in flight, so that a
+	// flooding node cannot take the others' slots. Negative: no bound.
+	// default: 32
+	MaxInFlightPerNode int
+	// GossipKeyringFile holds the gossip keys, base64, one a line, the
+	// first one encrypting (see fallback.ReadKeyring). default: gossip in
+	// the clear
+	GossipKeyringFile string
+	// Clock paces the store probe, the certificate poll and log rate
+	// limits. default: the real clock
+	Clock clock.Clock
 }
 
 // Allocator is a running allocator process.
@@ -82,20 +114,35 @@ type Allocator struct {
 	http     *http.Server
 	httpLis  net.Listener
 	gossip   *fallback.Gossip
+	clock    clock.Clock
+
+	guard      *guard
+	certs      *certs.Watcher // nil without TLS
+	gossipKeys [][]byte
+	shed       *shedder
+	storeOK    *storeHealth
 
 	reloadMu  sync.Mutex
 	stopOnce  sync.Once
 	leaveOnce sync.Once
 }
 
-// New builds an allocator and binds its listeners; Serve starts serving.
+// New builds an allocator, binds its listeners and starts its background
+// loops (the store probe, the certificate poll); Serve starts serving, and
+// Stop or Shutdown ends it all.
 func New(cfg Config) (*Allocator, error) {
-	a := &Allocator{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry()}
+	a := &Allocator{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), clock: cfg.Clock}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
+	if a.clock == nil {
+		a.clock = clock.Real()
+	}
 	set, err := a.initialRules()
 	if err != nil {
+		return nil, err
+	}
+	if err := a.setupSecurity(); err != nil {
 		return nil, err
 	}
 	if err := a.openStore(); err != nil {
@@ -103,12 +150,15 @@ func New(cfg Config) (*Allocator, error) {
 	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.metrics = server.NewMetrics(a.registry)
+	a.shed = newShedder(bound(cfg.MaxInFlight, defaultMaxInFlight), bound(cfg.MaxInFlightPerNode, defaultMaxInFlightPerNode), a.registry)
 	a.server, err = server.New(server.Config{Store: a.store, Rules: set, StoreTimeout: cfg.StoreTimeout,
-		Limits: cfg.Limits, Metrics: a.metrics, Logger: a.log})
+		Limits: cfg.Limits, Metrics: a.metrics, Logger: a.log, Clock: a.clock})
 	if err != nil {
 		a.closeStore()
 		return nil, err
 	}
+	a.storeOK = newStoreHealth(a.store, a.storeTimeout(), a.clock, a.log)
+	a.storeOK.check() // the first state, logged if the store is down
 	if err := a.listen(); err != nil {
 		a.closeStore()
 		return nil, err
@@ -121,7 +171,28 @@ func New(cfg Config) (*Allocator, error) {
 		a.closeStore()
 		return nil, err
 	}
+	// The loops start last, once nothing can fail; Stop ends them.
+	a.storeOK.loop()
+	a.pollCerts()
 	return a, nil
+}
+
+// bound reads a MaxInFlight setting: 0 is the default, negative no bound.
+func bound(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+func (a *Allocator) storeTimeout() time.Duration {
+	if a.cfg.StoreTimeout > 0 {
+		return a.cfg.StoreTimeout
+	}
+	return 100 * time.Millisecond
 }
 
 // joinGossip advertises this allocator's gRPC address to the pool.
@@ -138,7 +209,7 @@ func (a *Allocator) joinGossip() error {
 		advertise = a.Addr()
 	}
 	g, err := fallback.Join(fallback.GossipConfig{Name: "allocator-" + advertise, Role: fallback.RoleAllocator,
-		Bind: a.cfg.GossipBind, Join: a.cfg.GossipJoin, GRPC: advertise, Logger: a.log})
+		Bind: a.cfg.GossipBind, Join: a.cfg.GossipJoin, GRPC: advertise, Keys: a.gossipKeys, Logger: a.log})
 	if err != nil {
 		return fmt.Errorf("allocator: %w", err)
 	}
@@ -182,6 +253,7 @@ func (a *Allocator) openStore() error {
 		a.store = a.cfg.Store
 		return nil
 	case a.cfg.RedisURL != "":
+		store.RouteRedisLogs(a.log, a.clock)
 		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.cfg.StoreTimeout, Cluster: a.cfg.RedisCluster})
 		if err != nil {
 			return fmt.Errorf("allocator: redis: %w", err)
@@ -213,27 +285,37 @@ func (a *Allocator) listen() error {
 		return fmt.Errorf("allocator: listen %s: %w", addr, err)
 	}
 	a.lis = lis
-	a.grpc = grpc.NewServer(append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(a.metrics.UnaryInterceptor()),
+	// Every call is counted; a request that does not decode is refused as
+	// InvalidArgument; the rest are authenticated, then bounded.
+	opts := append(a.serverCreds(), grpc.ChainUnaryInterceptor(a.metrics.UnaryInterceptor()))
+	opts = append(opts, server.DecodeOptions()...)
+	opts = append(opts,
+		grpc.ChainUnaryInterceptor(a.guard.unary(), a.shed.unary()),
+		grpc.ChainStreamInterceptor(a.guard.stream()),
 		// Nodes keep their connection warm with pings; allow them.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	}, server.DecodeOptions()...)...) // a request that does not decode is InvalidArgument
+	)
+	a.grpc = grpc.NewServer(opts...)
 	a.server.Register(a.grpc)
-	a.health = health.NewServer()
+	a.health = a.storeOK.grpc
 	healthpb.RegisterHealthServer(a.grpc, a.health)
-	reflection.Register(a.grpc)
+	if a.guard.reflection != AccessOff {
+		reflection.Register(a.grpc)
+	}
 	if a.cfg.MetricsListen == "" {
 		return nil
 	}
-	a.httpLis, err = net.Listen("tcp", a.cfg.MetricsListen)
+	httpLis, err := net.Listen("tcp", a.cfg.MetricsListen)
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("allocator: listen %s (metrics): %w", a.cfg.MetricsListen, err)
 	}
+	a.httpLis = a.metricsListener(httpLis)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	mux.Handle("/healthz", a.storeOK)
+	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)} // e.g. refused TLS handshakes, structured
 	return nil
 }
 
@@ -263,9 +345,8 @@ func (a *Allocator) Serve() error {
 			}
 		}()
 	}
-	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	a.health.SetServingStatus("allot.v1.Allocator", healthpb.HealthCheckResponse_SERVING)
-	a.log.Info("allocator serving", "grpc", a.Addr(), "metrics", a.MetricsAddr(), "rules", a.server.Rules().Len(),
+	a.storeOK.serving()
+	a.log.Info("allocator serving", "tls", a.certs != nil, "mtls", a.cfg.TLS.ClientCAFile != "", "grpc", a.Addr(), "metrics", a.MetricsAddr(), "rules", a.server.Rules().Len(),
 		"rules_version", a.server.Rules().Version())
 	err := a.grpc.Serve(a.lis)
 	if errors.Is(err, grpc.ErrServerStopped) {
@@ -297,8 +378,8 @@ func (a *Allocator) Reload() error {
 // Shutdown stops taking calls, lets calls in flight finish until ctx ends,
 // then stops hard and closes the store.
 func (a *Allocator) Shutdown(ctx context.Context) error {
-	a.health.Shutdown() // health checks now answer NOT_SERVING
-	a.leaveGossip()     // nodes stop finding this allocator while it drains
+	a.storeOK.shutdown() // health checks now answer NOT_SERVING
+	a.leaveGossip()      // nodes stop finding this allocator while it drains
 	done := make(chan struct{})
 	go func() {
 		a.grpc.GracefulStop()
@@ -325,6 +406,10 @@ func (a *Allocator) Stop() {
 
 func (a *Allocator) finish() {
 	a.stopOnce.Do(func() {
+		a.storeOK.shutdown()
+		if a.certs != nil {
+			a.certs.Stop()
+		}
 		a.leaveGossip()
 		if a.http != nil {
 			a.http.Close()

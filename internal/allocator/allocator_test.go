@@ -85,7 +85,9 @@ rules:
 // the bucket holds.
 func TestExactCountingOnRedis(t *testing.T) {
 	set := uniqueRules(t, exactRules)
-	_, conn := start(t, allocator.Config{Rules: set, RedisURL: redistest.URL(t), StoreTimeout: 2 * time.Second})
+	// No bound on calls in flight: this is about the store's atomicity, not
+	// about shedding (shed_test.go).
+	_, conn := start(t, allocator.Config{Rules: set, RedisURL: redistest.URL(t), StoreTimeout: 2 * time.Second, MaxInFlight: -1})
 	api := allotv1.NewAllocatorClient(conn)
 	for _, rule := range []string{name(set, 0), name(set, 1)} {
 		var allowed atomic.Int64

@@ -41,16 +41,28 @@ type GossipConfig struct {
 	// Fast shortens probe and gossip intervals for a loopback test pool:
 	// a dead member is noticed in about a second instead of about five.
 	Fast bool
+	// Keys encrypt and authenticate every gossip message (AES-GCM): a
+	// member without one of them can neither join nor be heard, so it
+	// cannot pose as a node or an allocator. Keys[0] encrypts; the others
+	// are accepted too, for a rotation (see SetKeys). Each is 16, 24 or 32
+	// bytes. default: none, gossip in the clear
+	Keys [][]byte
+	// TrustAllocators, when set, lists patterns (path.Match syntax, e.g.
+	// "10.0.3.*:7070") that an allocator's advertised address must match
+	// for Allocators to list it. default: every allocator in the pool
+	TrustAllocators []string
 	// Logger. default: slog.Default(), at debug level
 	Logger *slog.Logger
 }
 
 // Gossip is a live membership: it counts the nodes that share the limits.
 type Gossip struct {
-	ml    *memberlist.Memberlist
-	nodes atomic.Int32
-	mu    sync.Mutex
-	roles map[string]memberInfo
+	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring // nil without Keys
+	trust   []string
+	nodes   atomic.Int32
+	mu      sync.Mutex
+	roles   map[string]memberInfo
 }
 
 type memberInfo struct{ role, grpc string }
@@ -66,11 +78,22 @@ func Join(cfg GossipConfig) (*Gossip, error) {
 	if cfg.Role != RoleNode && cfg.Role != RoleAllocator {
 		return nil, fmt.Errorf("fallback: gossip: Role %q: want %q or %q", cfg.Role, RoleNode, RoleAllocator)
 	}
+	if err := checkPatterns(cfg.TrustAllocators); err != nil {
+		return nil, err
+	}
 	mc, err := memberlistConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	g := &Gossip{roles: make(map[string]memberInfo)}
+	g := &Gossip{roles: make(map[string]memberInfo), trust: cfg.TrustAllocators}
+	if len(cfg.Keys) > 0 {
+		if g.keyring, err = newKeyring(cfg.Keys); err != nil {
+			return nil, err
+		}
+		// Verify both ways (memberlist's default, kept explicit): a message
+		// that is not encrypted with a key of the ring is dropped.
+		mc.Keyring, mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = g.keyring, true, true
+	}
 	meta := encodeMeta(memberInfo{role: cfg.Role, grpc: cfg.GRPC})
 	mc.Delegate = metaDelegate(meta)
 	mc.Events = (*events)(g)
@@ -142,13 +165,14 @@ func (g *Gossip) Addr() string {
 // Nodes counts live members with the node role. It takes no lock.
 func (g *Gossip) Nodes() int { return int(g.nodes.Load()) }
 
-// Allocators lists the gRPC addresses advertised by live allocators.
+// Allocators lists the gRPC addresses advertised by live allocators that
+// TrustAllocators admits.
 func (g *Gossip) Allocators() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []string
 	for _, m := range g.roles {
-		if m.role == RoleAllocator && m.grpc != "" {
+		if m.role == RoleAllocator && m.grpc != "" && trusted(g.trust, m.grpc) {
 			out = append(out, m.grpc)
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/lograte"
 	"github.com/allot-dev/allot/internal/rules"
 	"github.com/allot-dev/allot/internal/store"
 )
@@ -36,6 +38,8 @@ type Config struct {
 	Metrics *Metrics
 	// Logger. default: slog.Default()
 	Logger *slog.Logger
+	// Clock paces the rate limit of repeated log lines. default: the real clock
+	Clock clock.Clock
 }
 
 // Server implements allot.v1.Allocator.
@@ -47,6 +51,9 @@ type Server struct {
 	limits  Limits
 	metrics *Metrics
 	log     *slog.Logger
+	// failures logs store failures: an outage fails every call, and one
+	// line per call would bury everything else.
+	failures *lograte.Logger
 }
 
 // New checks cfg and returns a Server.
@@ -65,6 +72,7 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.failures = lograte.New(s.log, cfg.Clock, 0, 0)
 	s.rules.Store(cfg.Rules)
 	return s, nil
 }
@@ -262,7 +270,7 @@ func (s *Server) storeError(ctx context.Context, op string, err error) error {
 	case errors.Is(err, store.ErrNotLeasable):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
-	s.log.Warn("store call failed", "op", op, "err", err)
+	s.failures.Warn("store call failed", "op", op, "err", err)
 	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return status.Errorf(codes.Unavailable, "store unavailable: %v", err)
 	}

@@ -120,6 +120,10 @@ func DialRedis(url string, opts RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: DialRedis: %w", err)
 	}
+	if err := firstContact(client, opts.Timeout); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("store: DialRedis: %w", err)
+	}
 	s, err := NewRedis(client, opts)
 	if err != nil {
 		_ = client.Close()
@@ -375,15 +379,26 @@ func clearNoScript(cmds []*redis.Cmd) bool {
 
 // failure classifies an error of a store call. The caller's own cancellation
 // or deadline is returned as such. A reply that retrying cannot fix (a
-// script error, WRONGTYPE, an ACL refusal) is a plain error. Everything else
-// (a refused dial, a timeout, a reset connection, an exhausted pool, a
-// loading, busy, read-only or failing-over server, a cluster that is down or
-// resharding) is ErrUnavailable, with the cause kept in the message.
+// script error, WRONGTYPE) is a plain error. Everything else (a refused
+// dial, a timeout, a reset connection, an exhausted pool, a loading, busy,
+// read-only or failing-over server, a cluster that is down or resharding,
+// and a Redis that refuses this allocator's credentials) is ErrUnavailable,
+// with the cause kept in the message.
+//
+// A refusal of credentials (NOAUTH, WRONGPASS, NOPERM: Redis came back
+// with a password or an ACL the allocator does not have) fails every call
+// alike, so it is an outage of this allocator, not a fault of the request:
+// nodes fall back (open rules) or deny (closed rules) and count the
+// allocator as unreachable, and its health says NOT_SERVING. At start-up
+// the same replies fail DialRedis instead (see firstContact).
 func (s *Redis) failure(parent context.Context, err error) error {
 	if perr := parent.Err(); perr != nil {
 		return perr
 	}
 	var rerr redis.Error
+	if errors.As(err, &rerr) && refused(rerr) {
+		return fmt.Errorf("%w: redis refuses the allocator's credentials: %v", ErrUnavailable, err)
+	}
 	if errors.As(err, &rerr) && !transient(rerr) {
 		return fmt.Errorf("store: redis: %w", err)
 	}
@@ -397,9 +412,19 @@ var transientReplies = []string{
 	"NOREPLICAS", "OOM", "MISCONF", "MOVED", "ASK", "NOSCRIPT",
 }
 
-func transient(err redis.Error) bool {
+func transient(err redis.Error) bool { return hasReplyPrefix(err, transientReplies) }
+
+// refusedReplies are the error replies of a Redis that does not accept
+// the allocator's credentials. An unauthenticated client that sends a
+// command of many arguments (every script call) gets the protocol error
+// instead of NOAUTH, and is disconnected.
+var refusedReplies = []string{"NOAUTH", "WRONGPASS", "NOPERM", "ERR Protocol error: unauthenticated"}
+
+func refused(err redis.Error) bool { return hasReplyPrefix(err, refusedReplies) }
+
+func hasReplyPrefix(err redis.Error, prefixes []string) bool {
 	msg := err.Error()
-	for _, p := range transientReplies {
+	for _, p := range prefixes {
 		if strings.HasPrefix(msg, p+" ") || msg == p {
 			return true
 		}

@@ -1,0 +1,112 @@
+package allocator
+
+import (
+	"context"
+	"path"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+)
+
+// Default bounds of the calls that reach the store at once. A healthy
+// fleet keeps a few in flight (a call takes well under a millisecond);
+// the bounds only cut in when calls pile up behind a slow store or a flood.
+const (
+	defaultMaxInFlight        = 256
+	defaultMaxInFlightPerNode = 32
+)
+
+// shedder bounds the store calls in flight, in all and per node_id. A call
+// over a bound is answered ResourceExhausted at once: no queue forms, so a
+// flood costs the allocator a counter and a status, and one flooding node
+// cannot take the slots of the others. Nodes take ResourceExhausted as
+// "allocator unreachable" and use their fallback share until it passes.
+type shedder struct {
+	max, perNode int // <= 0: no bound
+
+	mu    sync.Mutex
+	total int
+	nodes map[string]int
+
+	inflight prometheus.Gauge
+	shed     *prometheus.CounterVec
+}
+
+func newShedder(max, perNode int, reg prometheus.Registerer) *shedder {
+	s := &shedder{max: max, perNode: perNode, nodes: make(map[string]int),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_allocator_inflight_calls", Help: "Acquire, Release and Check calls being served.",
+		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_allocator_shed_total", Help: "Calls refused with ResourceExhausted because too many were in flight, by method and bound (fleet or node).",
+		}, []string{"method", "bound"}),
+	}
+	reg.MustRegister(s.inflight, s.shed)
+	return s
+}
+
+// bounded lists the methods that reach the store.
+func bounded(method string) bool {
+	switch method {
+	case allotv1.Allocator_Acquire_FullMethodName, allotv1.Allocator_Release_FullMethodName, allotv1.Allocator_Check_FullMethodName:
+		return true
+	}
+	return false
+}
+
+// enter takes a slot for node ("" for calls without one) or says which
+// bound is full.
+func (s *shedder) enter(node string) (bound string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.max > 0 && s.total >= s.max {
+		return "fleet"
+	}
+	if node != "" && s.perNode > 0 && s.nodes[node] >= s.perNode {
+		return "node"
+	}
+	s.total++
+	if node != "" {
+		s.nodes[node]++
+	}
+	s.inflight.Set(float64(s.total))
+	return ""
+}
+
+func (s *shedder) leave(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total--
+	if node != "" {
+		if s.nodes[node]--; s.nodes[node] <= 0 {
+			delete(s.nodes, node)
+		}
+	}
+	s.inflight.Set(float64(s.total))
+}
+
+func (s *shedder) unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !bounded(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		var node string
+		if r, ok := req.(nodeRequest); ok {
+			node = r.GetNodeId()
+		}
+		if bound := s.enter(node); bound != "" {
+			s.shed.WithLabelValues(path.Base(info.FullMethod), bound).Inc()
+			if bound == "node" {
+				return nil, status.Errorf(codes.ResourceExhausted, "allocator busy: node %q has %d calls in flight, the most one node may have", node, s.perNode)
+			}
+			return nil, status.Errorf(codes.ResourceExhausted, "allocator busy: %d calls in flight, the most it serves at once", s.max)
+		}
+		defer s.leave(node)
+		return handler(ctx, req)
+	}
+}
