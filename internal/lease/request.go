@@ -87,12 +87,13 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 			WantRate: f.wantRate, Returned: o.overflow, ReturnedEpoch: o.epoch}
 		o.overflow = 0
 	}
+	timeout := max(m.cfg.RPCTimeout, 3*m.roundTrip())
 	m.rpcs.Add(1)
 	m.calls.Add(1)
 	go func() {
 		defer m.rpcs.Done()
 		defer m.calls.Add(-1)
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RPCTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := m.clk.Now()
 		grants, version, err := m.cfg.Transport.Acquire(ctx, reqs)
@@ -117,6 +118,7 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 }
 
 func (m *Manager) apply(r result) {
+	defer m.announce()
 	now := m.clk.Now()
 	if r.err != nil {
 		m.failed(r, now)
