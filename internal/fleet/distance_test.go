@@ -23,8 +23,16 @@ func tokenBucket(limit, burst int64) string {
 	return fmt.Sprintf("  - name: r\n    algorithm: token_bucket\n    limit: %d\n    period: 1s\n    burst: %d\n    lease: { ttl: 2s }\n", limit, burst)
 }
 
-// runLength is how long each fleet is driven.
-const runLength = 6 * time.Second
+// runLength is how long each fleet is driven: six seconds, or long enough
+// for the rule to make 300 tokens. A rate split over the fleet lags a
+// central bucket by up to a token per node (each node's share earns a
+// fraction of a token between two whole ones), a constant that a slow rule
+// must outgrow: 8 tokens are 6% of a 20/s rule's 125 in six seconds.
+func runLength(rate float64) time.Duration {
+	return max(6*time.Second, time.Duration(300/rate*float64(time.Second)))
+}
+
+const runLengthFast = 6 * time.Second
 
 // Every round trip up to 200ms keeps 97% of the ideal, and a second keeps
 // 90%, for every rule and load, within the bounds: a lease carries a share
@@ -39,7 +47,7 @@ func TestDistance(t *testing.T) {
 				name := fmt.Sprintf("rtt=%v/%s/load=%gx", rtt, rule.name, multiple)
 				t.Run(name, func(t *testing.T) {
 					f := newFleet(t, spec{rule: rule.yaml, roundTrip: rtt})
-					r := f.load(runLength, uniform(f.rule, multiple))
+					r := f.load(runLength(f.rule.Rate()), uniform(f.rule, multiple))
 					got := r.report(t, name)
 					r.checkBounds(t)
 					want := 0.97
@@ -68,7 +76,7 @@ func TestLoadedNodes(t *testing.T) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	})
 	f := newFleet(t, spec{rule: tokenBucket(1000, 100), dial: []grpc.DialOption{slow}})
-	r := f.load(runLength, uniform(f.rule, 2))
+	r := f.load(runLengthFast, uniform(f.rule, 2))
 	got := r.report(t, "lease calls delayed 50-300ms")
 	r.checkBounds(t)
 	if got < 0.97 {

@@ -114,6 +114,10 @@ type run struct {
 	bins     []atomic.Int64 // admitted per binWidth, fleet-wide
 	perNode  []atomic.Int64
 	fallback atomic.Int64 // decisions made in fallback
+	// first and last are when the first and the last request were offered
+	// (unix ns): a perfect limiter admits the burst and the rate between
+	// them, no more.
+	first, last atomic.Int64
 }
 
 // load offers, to each node, rates(node, elapsed) requests per second for
@@ -152,6 +156,14 @@ func (r *run) drive(ctx context.Context, n *client.Client, node int, start time.
 			last = now
 			owed = min(owed, rate*0.05+1)
 			bin := int(now.Sub(start) / binWidth)
+			if owed >= 1 {
+				r.first.CompareAndSwap(0, now.UnixNano())
+				for at := now.UnixNano(); ; {
+					if l := r.last.Load(); l >= at || r.last.CompareAndSwap(l, at) {
+						break
+					}
+				}
+			}
 			for ; owed >= 1; owed-- {
 				r.offered.Add(1)
 				d, err := n.AllowN(ctx, r.rule.Name, "k", 1)
@@ -177,10 +189,13 @@ func (r *run) admitted() (sum int64) {
 	return sum
 }
 
-// ideal is what a perfect limiter admits: the burst and the rate over the
-// run, or what was offered if that is less.
+// ideal is what a perfect limiter admits: the burst and the rate from the
+// first request offered to the last, or what was offered if that is less.
+// (For a slow rule, the rate after the last request would be a few tokens
+// no limiter could admit.)
 func (r *run) ideal() float64 {
-	return min(float64(r.offered.Load()), float64(r.rule.Burst)+r.rule.Rate()*r.length.Seconds())
+	span := time.Duration(r.last.Load() - r.first.Load()).Seconds()
+	return min(float64(r.offered.Load()), float64(r.rule.Burst)+r.rule.Rate()*span)
 }
 
 // worstWindow is the most admitted in any window of the given number of

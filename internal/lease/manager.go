@@ -58,7 +58,7 @@ var ErrRejected = errors.New("lease: request rejected by the allocator")
 type Hooks struct {
 	Acquired     func(keys int, wanted, granted int64, took time.Duration, err error)
 	Released     func(keys int, tokens int64, err error)
-	Reachable    func(up bool)
+	Reachable    func(up bool, cause error) // cause: the failure that made it unreachable
 	RulesVersion func(version string)
 	Taken        func(rule string, tokens int64) // lease admissions, summed per sweep
 }
