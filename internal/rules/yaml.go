@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -99,7 +100,7 @@ func (p *parser) document(doc *yaml.Node) ([]Rule, error) {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if k.Value != "rules" {
-			return nil, p.fail(k, "", k.Value, "unknown top-level field (the file holds only 'rules')")
+			return nil, p.fail(k, "", fieldName(k.Value), "unknown top-level field (the file holds only 'rules')")
 		}
 		if seq != nil {
 			return nil, p.fail(k, "", "rules", "given twice")
@@ -131,7 +132,7 @@ func (p *parser) rule(index int, n *yaml.Node) (Rule, error) {
 	var r Rule
 	label := fmt.Sprintf("#%d", index+1)
 	if n.Kind != yaml.MappingNode {
-		return r, p.fail(n, label, "", "must be a mapping of fields")
+		return r, p.fail(n, label, "", "must be a mapping of fields") // no field: the whole rule
 	}
 	// The name first, so every later error can name the rule.
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -147,7 +148,7 @@ func (p *parser) rule(index int, n *yaml.Node) (Rule, error) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if seen[k.Value] {
-			return r, p.fail(k, label, k.Value, "given twice")
+			return r, p.fail(k, label, fieldName(k.Value), "given twice")
 		}
 		seen[k.Value] = true
 		p.lines[label+"\x00"+k.Value] = k.Line
@@ -183,7 +184,7 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 		err = errors.New("unknown field (name, algorithm, limit, period, burst, failure, strict, lease)")
 	}
 	if err != nil {
-		return p.fail(v, label, name, "%v", err)
+		return p.fail(v, label, fieldName(name), "%v", err)
 	}
 	return nil
 }
@@ -197,7 +198,7 @@ func (p *parser) lease(l *LeaseTuning, label string, n *yaml.Node) error {
 		k, v := n.Content[i], n.Content[i+1]
 		field := "lease." + k.Value
 		if seen[field] {
-			return p.fail(k, label, field, "given twice")
+			return p.fail(k, label, fieldName(field), "given twice")
 		}
 		seen[field] = true
 		p.lines[label+"\x00"+field] = k.Line
@@ -215,10 +216,23 @@ func (p *parser) lease(l *LeaseTuning, label string, n *yaml.Node) error {
 			err = errors.New("unknown field (min, max, ttl, refresh)")
 		}
 		if err != nil {
-			return p.fail(v, label, field, "%v", err)
+			return p.fail(v, label, fieldName(field), "%v", err)
 		}
 	}
 	return nil
+}
+
+// plainField is a field's name as Allot spells them: "limit", "lease.ttl".
+var plainField = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+
+// fieldName is how an error names a field of the file: as it is, or quoted
+// when the file spells it oddly (empty, or with spaces or a line break) so
+// that the error stays one readable line.
+func fieldName(s string) string {
+	if plainField.MatchString(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 func scalarInt(v *yaml.Node) (int64, error) {
