@@ -180,3 +180,39 @@ func TestDocumentMarkers(t *testing.T) {
 		}
 	}
 }
+
+// An alias stands for the node its anchor marks, as YAML says, wherever
+// it appears. (The parser once read an alias's own name as its value:
+// "failure: *closed" said closed whatever the anchor held.)
+func TestAliases(t *testing.T) {
+	s, err := Parse("t.yaml", []byte(`
+rules:
+  - name: a
+    algorithm: &alg token_bucket
+    limit: &n 5
+    period: 1s
+    failure: &closed open
+    lease: &lease { min: 2, ttl: 1s }
+  - name: b
+    algorithm: *alg
+    limit: 5
+    burst: *n
+    period: 1s
+    failure: *closed
+    lease: *lease
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := s.Get("b")
+	want := Rule{Name: "b", Algorithm: TokenBucket, Limit: 5, Period: time.Second, Burst: 5, Failure: FailOpen,
+		Lease: LeaseTuning{Min: 2, Max: 5, TTL: time.Second, Refresh: 100 * time.Millisecond}}
+	if *b != want {
+		t.Fatalf("b = %+v, want %+v", *b, want)
+	}
+	// A rule given twice through an alias is a duplicate name.
+	_, err = Parse("t.yaml", []byte(head+"  - &r { name: r2, algorithm: token_bucket, limit: 1, period: 1s }\n  - *r\n"))
+	if err == nil || !strings.Contains(err.Error(), `rule "r2": field name: duplicate rule name`) {
+		t.Fatalf("a rule repeated by an alias: %v", err)
+	}
+}

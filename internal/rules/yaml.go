@@ -91,14 +91,14 @@ func (p *parser) lineOf(fe *FieldError) int {
 func (p *parser) document(doc *yaml.Node) ([]Rule, error) {
 	root := doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
+		root = deref(root.Content[0])
 	}
 	if root.Kind != yaml.MappingNode {
 		return nil, p.fail(root, "", "rules", "the file must be a mapping with a 'rules' list")
 	}
 	var seq *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
+		k, v := deref(root.Content[i]), deref(root.Content[i+1])
 		if k.Value != "rules" {
 			return nil, p.fail(k, "", fieldName(k.Value), "unknown top-level field (the file holds only 'rules')")
 		}
@@ -119,7 +119,7 @@ func (p *parser) document(doc *yaml.Node) ([]Rule, error) {
 	p.lines = make(map[string]int)
 	out := make([]Rule, 0, len(seq.Content))
 	for i, item := range seq.Content {
-		r, err := p.rule(i, item)
+		r, err := p.rule(i, deref(item))
 		if err != nil {
 			return nil, err
 		}
@@ -136,8 +136,8 @@ func (p *parser) rule(index int, n *yaml.Node) (Rule, error) {
 	}
 	// The name first, so every later error can name the rule.
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == "name" {
-			r.Name = n.Content[i+1].Value
+		if deref(n.Content[i]).Value == "name" {
+			r.Name = deref(n.Content[i+1]).Value
 			if r.Name != "" {
 				label = quoteName(r.Name)
 			}
@@ -146,7 +146,7 @@ func (p *parser) rule(index int, n *yaml.Node) (Rule, error) {
 	p.lines[label+"\x00"] = n.Line
 	seen := make(map[string]bool)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		if seen[k.Value] {
 			return r, p.fail(k, label, fieldName(k.Value), "given twice")
 		}
@@ -195,7 +195,7 @@ func (p *parser) lease(l *LeaseTuning, label string, n *yaml.Node) error {
 	}
 	seen := make(map[string]bool)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		field := "lease." + k.Value
 		if seen[field] {
 			return p.fail(k, label, fieldName(field), "given twice")
@@ -220,6 +220,18 @@ func (p *parser) lease(l *LeaseTuning, label string, n *yaml.Node) error {
 		}
 	}
 	return nil
+}
+
+// deref is the node an alias stands for; any other node is itself. An
+// alias node's Value is its anchor's name, never to be read as the value.
+// yaml.v3 keeps an alias as a pointer to the anchored node, not a copy, so
+// following one costs nothing and a "billion laughs" document stays as
+// small as its text. An alias cannot be anchored, so one step is enough.
+func deref(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return n.Alias
+	}
+	return n
 }
 
 // plainField is a field's name as Allot spells them: "limit", "lease.ttl".
