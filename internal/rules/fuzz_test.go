@@ -2,6 +2,8 @@ package rules
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,4 +234,58 @@ func TestBillionLaughs(t *testing.T) {
 			t.Errorf("%v to refuse a billion laughs", d)
 		}
 	}
+}
+
+// FuzzParseFields writes one rule from fuzzed fields, in YAML and as a
+// Rule, so that the fuzzer reaches Normalize's bounds with numbers a
+// random document seldom holds. Both must agree, and what they accept must
+// pass checkBounds and the round trip.
+func FuzzParseFields(f *testing.F) {
+	f.Add("api", uint8(0), int64(1000), int64(time.Minute), int64(200), false, true, int64(1), int64(100), int64(2*time.Second), int64(0))
+	f.Add("w", uint8(1), int64(10), int64(500*time.Millisecond), int64(0), false, false, int64(0), int64(0), int64(0), int64(0))
+	f.Add("log", uint8(3), int64(MaxSlidingLog), int64(MinPeriod), int64(0), true, false, int64(0), int64(0), int64(0), int64(0))
+	f.Add("max", uint8(0), MaxLimit, int64(MaxPeriod), MaxLimit, true, true, int64(1), MaxLimit, int64(MaxLeaseTTL), int64(time.Millisecond))
+	f.Add("fast", uint8(0), MaxLimit, int64(time.Second), int64(1), false, false, int64(1), int64(1), int64(time.Millisecond), int64(time.Millisecond))
+	f.Add("over", uint8(0), MaxLimit+1, int64(MaxPeriod+1), int64(-1), false, true, int64(-1), int64(-1), int64(MaxLeaseTTL+1), int64(-1))
+	f.Add("", uint8(7), int64(0), int64(0), int64(0), false, false, int64(0), int64(0), int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, name string, alg uint8, limit, period, burst int64, closed, strict bool,
+		leaseMin, leaseMax, ttl, refresh int64) {
+		r := Rule{Name: name, Algorithm: Algorithm(alg%5 + 1), Limit: limit, Period: time.Duration(period),
+			Burst: burst, Failure: FailOpen, Strict: strict,
+			Lease: LeaseTuning{Min: leaseMin, Max: leaseMax, TTL: time.Duration(ttl), Refresh: time.Duration(refresh)}}
+		if closed {
+			r.Failure = FailClosed
+		}
+		var doc strings.Builder
+		fmt.Fprintf(&doc, "rules:\n  - name: %s\n    algorithm: %s\n    limit: %d\n    period: %s\n    burst: %d\n",
+			strconv.Quote(name), r.Algorithm, limit, r.Period, burst)
+		fmt.Fprintf(&doc, "    failure: %s\n    strict: %t\n    lease: { min: %d, max: %d, ttl: %s, refresh: %s }\n",
+			r.Failure, strict, leaseMin, leaseMax, r.Lease.TTL, r.Lease.Refresh)
+		fromYAML, yamlErr := Parse("fuzz.yaml", []byte(doc.String()))
+		if yamlErr != nil {
+			checkParseError(t, "fuzz.yaml", yamlErr)
+		}
+		direct, err := NewSet([]Rule{r})
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field == "" {
+				t.Fatalf("NewSet: %v is not a FieldError naming a field", err)
+			}
+			if yamlErr == nil {
+				t.Fatalf("NewSet refused %+v (%v), Parse accepted\n%s", r, err, doc.String())
+			}
+			return
+		}
+		checkBounds(t, direct.Rules()[0])
+		checkRoundTrip(t, direct)
+		// A file has no zero durations: where the Rule held one, NewSet
+		// took it as "the default" and Parse refuses it. Nothing else may
+		// differ.
+		if yamlErr != nil && ttl != 0 && refresh != 0 {
+			t.Fatalf("Parse refused %+v (%v), NewSet accepted", r, yamlErr)
+		}
+		if yamlErr == nil && fromYAML.Version() != direct.Version() {
+			t.Fatalf("Parse and NewSet disagree: %+v and %+v", *fromYAML.Rules()[0], *direct.Rules()[0])
+		}
+	})
 }
