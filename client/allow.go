@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -171,7 +172,7 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 	if c.closed.Load() || (p.Served() && (!down || p.Sharing())) {
 		p.Refused(n)
 		rs.counts.decide(false, ModeLease)
-		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n, now), Mode: ModeLease, Rule: r.Name}, spend{}, nil
+		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n), Mode: ModeLease, Rule: r.Name}, spend{}, nil
 	}
 	if r.Failure == rules.FailClosed {
 		p.Refused(n) // demand for the rate estimate; it also asks for the first lease
@@ -189,7 +190,7 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 	}
 	bd := share.AllowN(r, nodes, now, n)
 	if bd.Allowed {
-		p.Consumed(n, now)
+		p.Consumed(n)
 	} else {
 		if central && !down {
 			if d, sp, ok := c.awaitFirstLease(ctx, rs, p, n); ok {
@@ -240,9 +241,9 @@ func (c *Client) awaitFirstLease(ctx context.Context, rs *ruleState, p *lease.Po
 
 // leaseRetry estimates when a starved key may pass: not before its next
 // refill, and not before the rule could have made n tokens.
-func leaseRetry(p *lease.Pool, r *rules.Rule, n int64, now time.Time) time.Duration {
-	made := time.Duration(float64(n) / r.Rate() * float64(time.Second))
-	return max(p.NotBefore().Sub(now), made, time.Millisecond)
+func leaseRetry(p *lease.Pool, r *rules.Rule, n int64) time.Duration {
+	made := time.Duration(min(float64(n)/r.Rate()*float64(time.Second), math.MaxInt64/2))
+	return max(p.RetryIn(), made, time.Millisecond)
 }
 
 // decideStrict asks the allocator; when it cannot answer, the rule's

@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -11,7 +12,12 @@ import (
 // Clock tells the time and makes timers. Code that decides anything from the
 // time takes a Clock (or an explicit now) so that tests never sleep.
 type Clock interface {
+	// Now is the wall clock (with the machine's monotonic reading, on the
+	// real clock).
 	Now() time.Time
+	// Mono is the time elapsed on the monotonic clock since an origin of
+	// the clock's own: it never jumps when the wall clock is stepped.
+	Mono() time.Duration
 	NewTimer(d time.Duration) Timer
 }
 
@@ -27,7 +33,12 @@ func Real() Clock { return realClock{} }
 
 type realClock struct{}
 
+// origin is the real clock's monotonic origin.
+var origin = time.Now()
+
 func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Mono() time.Duration { return time.Since(origin) }
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 
@@ -37,12 +48,14 @@ func (r realTimer) C() <-chan time.Time   { return r.t.C }
 func (r realTimer) Stop() bool            { return r.t.Stop() }
 func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
 
-// Fake is a Clock that moves only through Advance and Set. Its timers fire
-// inside Advance, in deadline order, so a test controls every instant.
-// The zero value is not usable; call NewFake.
+// Fake is a Clock that moves only through Advance and StepWall. Its timers
+// run on its monotonic time and fire inside Advance, in deadline order, so
+// a test controls every instant. The zero value is not usable; call
+// NewFake.
 type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
+	mono    time.Duration
 	timers  []*fakeTimer
 	changed chan struct{} // closed and replaced whenever timers change
 }
@@ -59,15 +72,36 @@ func (f *Fake) Now() time.Time {
 	return f.now
 }
 
+// Mono returns the fake monotonic time: what Advance has added up.
+func (f *Fake) Mono() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mono
+}
+
+// StepWall moves only the wall clock, by d either way, as an operator or
+// NTP stepping the machine's clock does: Mono and the timers do not see it.
+func (f *Fake) StepWall(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+}
+
 // Advance moves the clock forward by d and fires every timer due by then.
+// A negative d steps the wall clock back only, as StepWall does.
 func (f *Fake) Advance(d time.Duration) {
+	if d < 0 {
+		f.StepWall(d)
+		return
+	}
 	f.mu.Lock()
 	f.now = f.now.Add(d)
-	now := f.now
+	f.mono += d
+	now, mono := f.now, f.mono
 	var due []*fakeTimer
 	kept := f.timers[:0]
 	for _, t := range f.timers {
-		if !t.when.After(now) {
+		if t.when <= mono {
 			due = append(due, t)
 			t.active = false
 		} else {
@@ -78,7 +112,7 @@ func (f *Fake) Advance(d time.Duration) {
 	f.timers = kept
 	f.notifyLocked()
 	f.mu.Unlock()
-	slices.SortStableFunc(due, func(a, b *fakeTimer) int { return a.when.Compare(b.when) })
+	slices.SortStableFunc(due, func(a, b *fakeTimer) int { return cmp.Compare(a.when, b.when) })
 	for _, t := range due {
 		select {
 		case t.c <- now:
@@ -131,7 +165,7 @@ func (f *Fake) notifyLocked() {
 type fakeTimer struct {
 	f      *Fake
 	c      chan time.Time
-	when   time.Time
+	when   time.Duration // on the monotonic time
 	active bool
 }
 
@@ -146,7 +180,7 @@ func (t *fakeTimer) Stop() bool {
 func (t *fakeTimer) Reset(d time.Duration) {
 	t.f.mu.Lock()
 	t.removeLocked()
-	t.when = t.f.now.Add(d)
+	t.when = t.f.mono + d
 	fire := d <= 0
 	if !fire {
 		t.active = true

@@ -64,7 +64,10 @@ func (m *Manager) scheduleNext(p *Pool, r *rules.Rule, f *flight, g Grant, now t
 	}
 	next := now
 	if g.Granted < f.want {
-		next = now.Add(retryDelay(r, g.RetryAfter))
+		// Jittered, the wait may pass the lease's end; the next Acquire must
+		// leave in time to keep the key served, or the key would be taken
+		// for a new one (a fallback share, a Check per request).
+		next = maxTime(minTime(now.Add(retryDelay(r, g.RetryAfter)), f.sent.Add(m.latestRenewal(r))), now)
 	}
 	p.notBefore.Store(next.UnixNano())
 	p.queued.Store(false)

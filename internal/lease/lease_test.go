@@ -24,6 +24,7 @@ type storeTransport struct {
 	batches  []int // keys per Acquire
 	released int64
 	returned atomic.Int64 // tokens given back with Acquires
+	last     []Request     // the newest Acquire's requests, under mu
 	down     atomic.Bool
 	during   func() // runs inside Acquire, while the request is in flight
 	reject   string // a key whose presence fails the whole batch
@@ -46,6 +47,9 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 			return nil, "", fmt.Errorf("%w: requests: key %q", ErrRejected, r.Key)
 		}
 	}
+	tr.mu.Lock()
+	tr.last = append([]Request(nil), reqs...)
+	tr.mu.Unlock()
 	sreqs := make([]store.AcquireRequest, len(reqs))
 	for i, r := range reqs {
 		tr.returned.Add(r.Returned)
@@ -299,7 +303,7 @@ func TestIdleKeyReturnsTokens(t *testing.T) {
 func TestConsumedIsReported(t *testing.T) {
 	f := newFixture(t)
 	p := f.table("day").Pool("k")
-	p.Consumed(40, f.clk.Now()) // admitted from the fallback share before the first lease
+	p.Consumed(40) // admitted from the fallback share before the first lease
 	f.step(2*time.Millisecond, time.Millisecond)
 	r, _ := f.set.Get("day")
 	d, err := f.st.Check(context.Background(), r, "k", 1)
@@ -317,8 +321,8 @@ func TestConsumedIsReported(t *testing.T) {
 func TestConsumptionInFlightIsPaidFromTheLease(t *testing.T) {
 	f := newFixture(t)
 	p := f.table("day").Pool("k")
-	p.Consumed(1, f.clk.Now())
-	f.tr.during = func() { p.Consumed(3, f.clk.Now()) }
+	p.Consumed(1)
+	f.tr.during = func() { p.Consumed(3) }
 	f.step(2*time.Millisecond, time.Millisecond)
 	f.tr.during = nil
 	if got := p.Tokens(); got != 97 {
@@ -338,7 +342,7 @@ func TestOutageAndRecovery(t *testing.T) {
 	f := newFixture(t)
 	f.tr.down.Store(true)
 	p := f.table("day").Pool("k")
-	p.Consumed(5, f.clk.Now())
+	p.Consumed(5)
 	f.step(5*time.Millisecond, time.Millisecond)
 	if !f.m.Down() {
 		t.Fatal("manager did not notice the outage")
@@ -388,7 +392,7 @@ func TestCloseReturnsEverything(t *testing.T) {
 	f.step(2*time.Millisecond, time.Millisecond)
 	p.Take(1)
 	q := f.table("r").Pool("q")
-	q.Consumed(3, f.clk.Now())
+	q.Consumed(3)
 	if err := f.m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +412,7 @@ func TestRuleRemovedAndRestored(t *testing.T) {
 	f := newFixture(t)
 	r, _ := f.set.Get("day")
 	p := f.m.Table(r).Pool("k")
-	p.Consumed(2, f.clk.Now()) // unreportable once the rule is gone
+	p.Consumed(2) // unreportable once the rule is gone
 	f.m.Forget("day")
 	f.step(30*time.Millisecond, 10*time.Millisecond)
 	if f.m.Table(r) == p.table {

@@ -184,7 +184,7 @@ func NewManager(cfg Config) *Manager {
 		sync:    make(chan chan struct{}),
 		tables:  make(map[string]*Table),
 	}
-	m.nextSweep = m.clk.Now().Add(cfg.Sweep)
+	m.nextSweep = m.now().Add(cfg.Sweep)
 	first := make(chan struct{})
 	m.answered.Store(&first)
 	go m.loop()
@@ -213,6 +213,14 @@ func (m *Manager) Forget(name string) {
 		t.gone.Store(true)
 	}
 }
+
+// now is the manager's time: the clock's monotonic reading as an instant.
+// Leases, refills, retries and debts are all measured on it, so that a
+// step of the wall clock moves none of them. It is never compared with the
+// wall clock.
+func (m *Manager) now() time.Time { return monoEpoch.Add(m.clk.Mono()) }
+
+var monoEpoch = time.Unix(0, 0)
 
 // Down reports whether the allocator is unreachable.
 func (m *Manager) Down() bool { return m.down.Load() }
@@ -257,7 +265,7 @@ func (m *Manager) loop() {
 		case <-m.stop:
 			return
 		}
-		now := m.clk.Now()
+		now := m.now()
 		if !now.Before(m.nextSweep) {
 			m.sweep(now)
 			m.nextSweep = now.Add(m.cfg.Sweep)

@@ -35,11 +35,12 @@ type Pool struct {
 	// and fallback admissions, for the rate estimate.
 	missed atomic.Int64
 	// consumed counts tokens admitted outside a lease, not yet reported;
-	// consumedSince is when the first of them was admitted (unix ns).
+	// consumedSince is when the first of them was admitted (ns of the
+	// manager's monotonic time, 0: none).
 	consumed      atomic.Int64
 	consumedSince atomic.Int64
 	holders       atomic.Int32 // the allocator's last count of this key's holders
-	notBefore     atomic.Int64 // unix ns before which no refill is sent
+	notBefore     atomic.Int64 // ns of the manager's time before which no refill is sent
 	// remaining is what the allocator had left for the key after its last
 	// grant; fresh says no fallback decision has been made since then.
 	remaining atomic.Int64
@@ -161,8 +162,11 @@ func (p *Pool) LeftCentrally() (int64, bool) {
 	return p.remaining.Load(), true
 }
 
-// NotBefore is when the next refill may be sent.
+// NotBefore is when the next refill may be sent, on the manager's time.
 func (p *Pool) NotBefore() time.Time { return time.Unix(0, p.notBefore.Load()) }
+
+// RetryIn is how long until the next refill may be sent.
+func (p *Pool) RetryIn() time.Duration { return max(p.NotBefore().Sub(p.table.m.now()), 0) }
 
 // Refused records demand the pool could not serve, for the rate estimate,
 // and asks for a refill.
@@ -171,13 +175,13 @@ func (p *Pool) Refused(n int64) {
 	p.WantRefill()
 }
 
-// Consumed records n tokens admitted at now outside a lease (from the
+// Consumed records n tokens admitted now outside a lease (from the
 // fallback share): the next Acquire reports them, with their age, to be
 // debited centrally.
-func (p *Pool) Consumed(n int64, now time.Time) {
+func (p *Pool) Consumed(n int64) {
 	p.missed.Add(n)
 	p.consumed.Add(n)
-	p.consumedSince.CompareAndSwap(0, now.UnixNano())
+	p.consumedSince.CompareAndSwap(0, p.table.m.now().UnixNano())
 	p.WantRefill()
 }
 

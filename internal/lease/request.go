@@ -10,7 +10,7 @@ import (
 // enqueue takes a refill the hot path asked for: it goes out with the next
 // batch, or when the key's retry time comes.
 func (m *Manager) enqueue(p *Pool) {
-	now := m.clk.Now()
+	now := m.now()
 	if p.table.gone.Load() || p.tokens.Load() < 0 {
 		p.queued.Store(false)
 		return
@@ -95,9 +95,9 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 		defer m.calls.Add(-1)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		start := m.clk.Now()
+		start := m.now()
 		grants, version, err := m.cfg.Transport.Acquire(ctx, reqs)
-		took := m.clk.Now().Sub(start)
+		took := m.now().Sub(start)
 		if err == nil && len(grants) != len(reqs) {
 			err = errors.New("lease: allocator answered with the wrong number of leases")
 		}
@@ -119,7 +119,7 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 
 func (m *Manager) apply(r result) {
 	defer m.announce()
-	now := m.clk.Now()
+	now := m.now()
 	if r.err != nil {
 		m.failed(r, now)
 		return

@@ -159,9 +159,15 @@ func (m *Manager) renewAfter(r *rules.Rule) time.Duration {
 	if 2*rtt > r.Lease.TTL {
 		m.warnShortTTL(r, rtt)
 	}
-	latest := r.Lease.TTL - rtt*5/4 - m.cfg.Sweep
 	d := time.Duration(float64(r.Lease.Refresh) * (1 + renewJitter*rand.Float64()))
-	return max(min(d, latest), 0)
+	return max(min(d, m.latestRenewal(r)), 0)
+}
+
+// latestRenewal is how long after a request the next may leave and still
+// be answered, with a quarter more than the round trip for its jitter and a
+// sweep to spare, before the lease ends.
+func (m *Manager) latestRenewal(r *rules.Rule) time.Duration {
+	return r.Lease.TTL - m.roundTrip()*5/4 - m.cfg.Sweep
 }
 
 // warnShortTTL logs, once per rule, that its leases end before a renewal

@@ -190,7 +190,7 @@ func (m *Manager) returnAll(ctx context.Context) error {
 	var rets []Return
 	for _, t := range m.tableList() {
 		t.each(func(p *Pool) {
-			if c, age := p.takeConsumed(m.clk.Now()); c > 0 && !t.gone.Load() {
+			if c, age := p.takeConsumed(m.now()); c > 0 && !t.gone.Load() {
 				reports = append(reports, Request{Rule: t.name, Key: p.key, Consumed: c, ConsumedAge: age})
 			}
 			if ret, ok := m.leave(p); ok {
