@@ -24,7 +24,7 @@ type storeTransport struct {
 	batches  []int // keys per Acquire
 	released int64
 	returned atomic.Int64 // tokens given back with Acquires
-	last     []Request     // the newest Acquire's requests, under mu
+	last     []Request    // the newest Acquire's requests, under mu
 	down     atomic.Bool
 	during   func() // runs inside Acquire, while the request is in flight
 	reject   string // a key whose presence fails the whole batch
