@@ -28,6 +28,9 @@ type storeTransport struct {
 	down     atomic.Bool
 	during   func() // runs inside Acquire, while the request is in flight
 	reject   string // a key whose presence fails the whole batch
+	// refuseAll refuses every call as a whole, as an allocator whose store
+	// answers an error that retrying will not cure.
+	refuseAll atomic.Bool
 }
 
 var errDown = errors.New("allocator unreachable")
@@ -39,13 +42,19 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 	if tr.during != nil {
 		tr.during()
 	}
-	for _, r := range reqs {
+	for i, r := range reqs {
 		if tr.reject != "" && r.Key == tr.reject {
 			tr.mu.Lock()
 			tr.batches = append(tr.batches, len(reqs))
 			tr.mu.Unlock()
-			return nil, "", fmt.Errorf("%w: requests: key %q", ErrRejected, r.Key)
+			return nil, "", &Rejection{Request: i, Err: fmt.Errorf("requests[%d].key: %q", i, r.Key)}
 		}
+	}
+	if tr.refuseAll.Load() {
+		tr.mu.Lock()
+		tr.batches = append(tr.batches, len(reqs))
+		tr.mu.Unlock()
+		return nil, "", &Rejection{Request: -1, Err: errors.New("store error: NOPERM")}
 	}
 	tr.mu.Lock()
 	tr.last = append([]Request(nil), reqs...)
@@ -521,5 +530,44 @@ func TestRejectedBatchIsolatesTheBadKey(t *testing.T) {
 	f.step(500*time.Millisecond, 50*time.Millisecond)
 	if got := len(f.tr.calls()); got != calls {
 		t.Fatalf("%d more calls within the rejected key's second of backoff", got-calls)
+	}
+}
+
+// A call the allocator refuses as a whole (a store error that retrying will
+// not cure) backs off whole, doubling, and comes back whole once the
+// allocator serves again. Before, it split into one call per key, each
+// retried every second for good: 100 keys made 100 calls a second.
+func TestRefusedCallBacksOffAsAWhole(t *testing.T) {
+	f := newFixture(t)
+	f.tr.refuseAll.Store(true)
+	tb := f.table("day")
+	var pools []*Pool
+	for i := range 100 {
+		pools = append(pools, tb.Pool(fmt.Sprintf("k%d", i)))
+	}
+	f.step(5*time.Second, 10*time.Millisecond)
+	calls := f.tr.calls()
+	for _, n := range calls {
+		if n != 100 {
+			t.Fatalf("batches %v: a refused call was split", calls)
+		}
+	}
+	if len(calls) > 8 { // 250ms, 500ms, 1s, 2s... from the first call
+		t.Fatalf("%d calls in 5s while the allocator refused them: no backoff", len(calls))
+	}
+	f.tr.refuseAll.Store(false)
+	for waited := time.Duration(0); len(f.tr.calls()) == len(calls); waited += 10 * time.Millisecond {
+		if waited > 11*time.Second { // the longest backoff and some
+			t.Fatal("no call 11s after the allocator serves again")
+		}
+		f.step(10*time.Millisecond, 10*time.Millisecond)
+	}
+	for i, p := range pools {
+		if p.Tokens() == 0 {
+			t.Fatalf("key %d has no lease 11s after the allocator serves again (batches %v, then %v)", i, calls, f.tr.calls()[len(calls):])
+		}
+	}
+	if got := f.tr.calls()[len(calls)]; got != 100 {
+		t.Fatalf("the first call after the refusals carried %d keys, want all 100", got)
 	}
 }

@@ -54,6 +54,20 @@ type Transport interface {
 // request or an unknown rule); the manager does not treat it as an outage.
 var ErrRejected = errors.New("lease: request rejected by the allocator")
 
+// Rejection is an Acquire error that retrying will not cure, and which of
+// the call's requests it is about. It is ErrRejected for errors.Is.
+type Rejection struct {
+	// Request is the index of the one request the allocator refused, or -1
+	// when it refused the call as a whole (a store error, a refused
+	// identity).
+	Request int
+	Err     error
+}
+
+func (r *Rejection) Error() string        { return ErrRejected.Error() + ": " + r.Err.Error() }
+func (r *Rejection) Unwrap() error        { return r.Err }
+func (r *Rejection) Is(target error) bool { return target == ErrRejected }
+
 // Hooks let the owner observe the manager; every field may be nil.
 type Hooks struct {
 	Acquired     func(keys int, wanted, granted int64, took time.Duration, err error)
@@ -159,6 +173,7 @@ type Manager struct {
 	delayed     delayQueue
 	backoff     time.Duration
 	nextAttempt time.Time
+	refused     time.Duration // backoff after calls refused as a whole
 	nextSweep   time.Time
 	version     string
 	rtt         time.Duration // average Acquire round trip

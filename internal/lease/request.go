@@ -125,7 +125,7 @@ func (m *Manager) apply(r result) {
 		return
 	}
 	m.reachable(true, nil)
-	m.backoff = 0
+	m.backoff, m.refused = 0, 0
 	m.observeRoundTrip(r.took)
 	for i, p := range r.pools {
 		m.grant(p, r.grants[i], now)
@@ -160,23 +160,54 @@ func (m *Manager) failed(r result, now time.Time) {
 	}
 }
 
-// rejected handles a batch the allocator refused as a whole (one key of a
-// rule it no longer knows, say): each key asks again alone, at once, so
-// that one bad key costs the others a round trip, not a second; a key
-// rejected alone waits a second.
+// rejected handles a call the allocator refused. When the refusal names
+// one request (a key of a rule it no longer knows, say), that key waits a
+// second and asks alone from then on, and the others ask again at once.
+// When it names none, nothing in the call is wrong but the allocator cannot
+// serve it (a store error that retrying will not cure, a refused
+// identity): the whole call backs off, doubling up to maxRefusedBackoff,
+// and comes back together once the allocator answers; splitting it into
+// one call per key would multiply the load by the keys.
 func (m *Manager) rejected(r result, now time.Time) {
-	if len(r.pools) > 1 {
+	bad := -1
+	var rej *Rejection
+	if errors.As(r.err, &rej) && rej.Request >= 0 && rej.Request < len(r.pools) {
+		bad = rej.Request
+	}
+	if bad < 0 && len(r.pools) > 1 && !errors.As(r.err, &rej) {
+		bad = -2 // a refusal that says nothing: find the key by asking alone
+	}
+	switch {
+	case bad >= 0:
+		for i, p := range r.pools {
+			if i != bad {
+				m.schedule(p, now)
+			}
+		}
+		p := r.pools[bad]
+		p.own.solo = true
+		p.notBefore.Store(now.Add(time.Second).UnixNano())
+		p.queued.Store(false)
+		m.cfg.Logger.Warn("allocator rejected a lease request", "rule", p.table.name, "err", r.err)
+	case bad == -2:
 		for _, p := range r.pools {
 			p.own.solo = true
 			m.schedule(p, now)
 		}
-		return
+	default:
+		m.refused = min(max(2*m.refused, 250*time.Millisecond), maxRefusedBackoff)
+		at := now.Add(time.Duration(float64(m.refused) * (0.8 + 0.4*rand.Float64())))
+		for _, p := range r.pools {
+			p.own.solo = false
+			m.schedule(p, at)
+		}
+		m.cfg.Logger.Warn("allocator refused a lease call; backing off", "keys", len(r.pools), "backoff", m.refused, "err", r.err)
 	}
-	p := r.pools[0]
-	p.notBefore.Store(now.Add(time.Second).UnixNano())
-	p.queued.Store(false)
-	m.cfg.Logger.Warn("allocator rejected a lease request", "rule", p.table.name, "err", r.err)
 }
+
+// maxRefusedBackoff bounds the wait between calls the allocator refuses
+// as a whole: how late the keys return once it serves again.
+const maxRefusedBackoff = 10 * time.Second
 
 func (m *Manager) reachable(up bool, cause error) {
 	if m.down.Swap(!up) == up { // the state changed
