@@ -256,22 +256,23 @@ func (c *Client) Rule(name string) (Rule, bool) {
 }
 
 // Nodes is the fleet size this node divides a rule's limit by when it
-// falls back: live gossip nodes, else Config.Nodes. For a key the allocator
-// has served, its count of the key's holders stands in for Config.Nodes.
+// falls back on a key it knows nothing about: live gossip nodes, else the
+// most holders the allocator has counted on any key lately, at least
+// Config.Nodes.
 func (c *Client) Nodes() int { return c.fleetSize() }
 
-// fleetSize is N before any key-specific hint: live gossip nodes, else the
-// configured size.
+// fleetSize is N before any key-specific hint.
 func (c *Client) fleetSize() int { return c.nodesFor(0) }
 
-// nodesFor is N for one key: gossip, else the allocator's holders count
-// for the key, else configuration.
+// nodesFor is N for one key: gossip, else the largest of the allocator's
+// holders count for the key, the most holders seen lately, and
+// configuration (fallback.Nodes).
 func (c *Client) nodesFor(holders int) int {
 	gossip := 0
 	if c.gossip != nil {
 		gossip = c.gossip.Nodes()
 	}
-	return fallback.Nodes(gossip, holders, c.cfg.Nodes)
+	return fallback.Nodes(gossip, holders, c.mgr.MostHolders(), c.cfg.Nodes)
 }
 
 func (c *Client) fetchRules(ctx context.Context, opts ...grpc.CallOption) error {

@@ -30,8 +30,10 @@ type Config struct {
 	// default: hostname-pid-random
 	NodeID string
 
-	// Nodes is the fleet size assumed for the fallback share (limit/N) when
-	// neither gossip nor the allocator's holders count says otherwise.
+	// Nodes is the least fleet size assumed for the fallback share
+	// (limit/N) when gossip does not count the fleet: N is the largest of
+	// this, the allocator's count of the key's holders, and the most
+	// holders the node has seen on any key in the last five to ten minutes.
 	// default: 1, which lets a lone node use the whole limit
 	Nodes int
 

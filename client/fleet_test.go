@@ -334,3 +334,53 @@ func TestFleetSurvivesAllocatorRestart(t *testing.T) {
 		}
 	}
 }
+
+// A key new to every node of a fleet without gossip: each node's first
+// share is burst/N with N the most holders it has seen on any key, not
+// Config.Nodes (1 by default). Before, four nodes admitted a full burst
+// each on a key none had leased: four bursts.
+func TestFreshKeyWithoutGossipIsConservative(t *testing.T) {
+	f := newFleet(t, `
+rules:
+  - name: r
+    algorithm: token_bucket
+    limit: 100
+    period: 1m
+`, 4, func(i int, c *client.Config) { c.Nodes = 0 })
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, n := range f.nodes { // every node leases one key: the allocator counts 4 holders
+		n.Allow(ctx, "r", "warm")
+	}
+	for time.Now().Before(deadline) {
+		seen := 0
+		for _, n := range f.nodes {
+			n.Allow(ctx, "r", "warm")
+			if n.Nodes() == 4 {
+				seen++
+			}
+		}
+		if seen == len(f.nodes) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, n := range f.nodes {
+		if n.Nodes() != 4 {
+			t.Fatalf("node %d divides by %d after leasing a key with 4 holders, want 4", i, n.Nodes())
+		}
+	}
+	f.stopAllocator()
+	var admitted int
+	for _, n := range f.nodes {
+		for range 200 {
+			if n.Allow(ctx, "r", "fresh") {
+				admitted++
+			}
+		}
+	}
+	t.Logf("4 nodes without gossip admitted %d on a key none had seen, burst 100", admitted)
+	if admitted > 100 {
+		t.Fatalf("admitted %d on a fresh key across 4 nodes, more than its burst of 100", admitted)
+	}
+}

@@ -9,16 +9,21 @@ import (
 	"github.com/allot-dev/allot/internal/rules"
 )
 
-func TestNodesPrefersGossipThenHoldersThenConfig(t *testing.T) {
-	cases := []struct{ gossip, holders, configured, want int }{
-		{4, 2, 8, 4},
-		{0, 2, 8, 2},
-		{0, 0, 8, 8},
-		{0, 0, 0, 1},
+// Gossip counts the fleet when it runs; without it the node takes the
+// largest size it knows, so that a key new to every node cannot admit a
+// burst on each (before, a key's own holders, or Config.Nodes of 1, won).
+func TestNodesPrefersGossipThenTheLargestKnown(t *testing.T) {
+	cases := []struct{ gossip, holders, seen, configured, want int }{
+		{4, 2, 9, 8, 4},
+		{0, 2, 0, 8, 8},
+		{0, 8, 0, 1, 8},
+		{0, 0, 8, 1, 8}, // a new key, no gossip, the default Config.Nodes: the fleet seen elsewhere
+		{0, 3, 8, 1, 8},
+		{0, 0, 0, 0, 1},
 	}
 	for _, c := range cases {
-		if got := Nodes(c.gossip, c.holders, c.configured); got != c.want {
-			t.Errorf("Nodes(%d, %d, %d) = %d, want %d", c.gossip, c.holders, c.configured, got, c.want)
+		if got := Nodes(c.gossip, c.holders, c.seen, c.configured); got != c.want {
+			t.Errorf("Nodes(%d, %d, %d, %d) = %d, want %d", c.gossip, c.holders, c.seen, c.configured, got, c.want)
 		}
 	}
 }

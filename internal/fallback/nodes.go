@@ -4,16 +4,14 @@
 package fallback
 
 // Nodes picks the node count N that divides a rule's limit: live gossip
-// members with the node role when gossip runs, else the allocator's last
-// count of the key's holders, else the configured fleet size, else 1.
-func Nodes(gossip, holders, configured int) int {
-	switch {
-	case gossip > 0:
+// members with the node role when gossip runs. Without gossip, the largest
+// of what the node knows: the allocator's count of the key's holders, the
+// most holders it has seen on any key lately (seen), and the configured
+// fleet size; at least 1. Erring large keeps a key new to every node (or
+// back after an idle eviction) from admitting a burst on each.
+func Nodes(gossip, holders, seen, configured int) int {
+	if gossip > 0 {
 		return gossip
-	case holders > 0:
-		return holders
-	case configured > 0:
-		return configured
 	}
-	return 1
+	return max(holders, seen, configured, 1)
 }

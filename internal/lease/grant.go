@@ -18,6 +18,7 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	}
 	g.Rate = min(g.Rate, r.Rate())
 	p.holders.Store(int32(min(g.Holders, math.MaxInt32)))
+	m.sawHolders(g.Holders)
 	p.remaining.Store(g.Remaining)
 	p.fresh.Store(true)
 	// The TTL runs from when the request was sent, on this node's monotonic

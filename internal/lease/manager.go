@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,6 +164,11 @@ type Manager struct {
 	tablesMu sync.Mutex
 	tables   map[string]*Table
 
+	// mostHolders is the most holders seen on any key in the current and
+	// the previous holdersWindow: a fleet size for nodes without gossip.
+	mostHolders, mostHoldersBefore atomic.Int32
+	holdersSince                   time.Time // start of the current window; the loop's
+
 	// answered is closed, and replaced, each time the loop has applied an
 	// Acquire's answer or failure: callers waiting for a first lease.
 	answered atomic.Pointer[chan struct{}]
@@ -236,6 +242,28 @@ func (m *Manager) Forget(name string) {
 func (m *Manager) now() time.Time { return monoEpoch.Add(m.clk.Mono()) }
 
 var monoEpoch = time.Unix(0, 0)
+
+// holdersWindow is how long a count of holders stands for the fleet's size:
+// a fleet that shrinks is believed after one to two windows.
+const holdersWindow = 5 * time.Minute
+
+// sawHolders notes a grant's count of holders.
+func (m *Manager) sawHolders(n int) {
+	now := m.now()
+	if now.Sub(m.holdersSince) >= holdersWindow {
+		m.mostHoldersBefore.Store(m.mostHolders.Swap(0))
+		m.holdersSince = now
+	}
+	if n32 := int32(min(n, math.MaxInt32)); n32 > m.mostHolders.Load() {
+		m.mostHolders.Store(n32)
+	}
+}
+
+// MostHolders is the most holders the allocator has counted on any key
+// lately: the best size of the fleet a node without gossip knows.
+func (m *Manager) MostHolders() int {
+	return int(max(m.mostHolders.Load(), m.mostHoldersBefore.Load()))
+}
 
 // Down reports whether the allocator is unreachable.
 func (m *Manager) Down() bool { return m.down.Load() }
