@@ -24,7 +24,7 @@ func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lea
 	req := &allotv1.AcquireRequest{NodeId: t.c.cfg.NodeID, Requests: make([]*allotv1.LeaseRequest, len(reqs))}
 	for i, r := range reqs {
 		req.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed,
-			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch}
+			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch, Seq: r.Seq}
 		if r.ConsumedAge > 0 {
 			req.Requests[i].ConsumedAge = durationpb.New(r.ConsumedAge)
 		}

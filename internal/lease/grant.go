@@ -11,7 +11,7 @@ import (
 // grant puts a lease into its pool and schedules the key's next request.
 func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	f := p.own.inFlight
-	p.own.inFlight, p.own.solo, p.own.givingBack = nil, false, false
+	p.own.inFlight, p.own.unacked, p.own.solo, p.own.givingBack = nil, nil, false, false
 	r := p.table.Rule()
 	if !(g.Rate >= 0) { // NaN or negative: no share
 		g.Rate = 0

@@ -31,6 +31,8 @@ type storeTransport struct {
 	// refuseAll refuses every call as a whole, as an allocator whose store
 	// answers an error that retrying will not cure.
 	refuseAll atomic.Bool
+	// loseReplies is how many answers to lose after the store applied them.
+	loseReplies atomic.Int32
 }
 
 var errDown = errors.New("allocator unreachable")
@@ -65,11 +67,15 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 		rule, _ := tr.set.Get(r.Rule)
 		sreqs[i] = store.AcquireRequest{Rule: rule, Key: r.Key, Node: tr.node, Want: min(r.Want, rule.Lease.Max),
 			Consumed: r.Consumed, ConsumedAge: r.ConsumedAge, WantRate: min(r.WantRate, rule.Rate()),
-			Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch}
+			Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch, Seq: int64(r.Seq)}
 	}
 	ls, err := tr.s.Acquire(ctx, sreqs)
 	if err != nil {
 		return nil, "", err
+	}
+	if tr.loseReplies.Load() > 0 { // applied, but the answer never comes back
+		tr.loseReplies.Add(-1)
+		return nil, "", errDown
 	}
 	tr.mu.Lock()
 	tr.batches = append(tr.batches, len(reqs))
@@ -515,7 +521,7 @@ func TestGiveAfterExpiryIsDropped(t *testing.T) {
 // One key the allocator rejects does not hold up the keys it shared a
 // batch with: they ask again alone, at once.
 func TestRejectedBatchIsolatesTheBadKey(t *testing.T) {
-	f := newFixture(t)
+	f := newFixtureWith(t, func(c *Config) { c.TokensOnly = true }) // no renewals: every call is a refill
 	f.tr.reject = "bad"
 	good := f.table("day").Pool("good")
 	bad := f.table("day").Pool("bad")
@@ -569,5 +575,30 @@ func TestRefusedCallBacksOffAsAWhole(t *testing.T) {
 	}
 	if got := f.tr.calls()[len(calls)]; got != 100 {
 		t.Fatalf("the first call after the refusals carried %d keys, want all 100", got)
+	}
+}
+
+// An answer lost after the allocator applied the request: the retry carries
+// the same sequence number and is answered again, so the grant is not lost
+// and the consumption it reported is debited once. Before, the retry was a
+// new request: the first grant stayed lent to nobody and the consumption
+// was debited twice.
+func TestLostAnswerIsAppliedOnce(t *testing.T) {
+	f := newFixtureWith(t, func(c *Config) { c.TokensOnly = true })
+	r, _ := f.set.Get("day")
+	p := f.table("day").Pool("k")
+	p.Consumed(40)
+	f.tr.loseReplies.Store(1)
+	f.step(500*time.Millisecond, 10*time.Millisecond) // the lost answer, its backoff, the retry
+	if got := p.Tokens(); got != 100 {
+		t.Fatalf("tokens %d after the retry, want the grant of 100", got)
+	}
+	d, err := f.st.Check(t.Context(), r, "k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100,000 - 40 consumed (once) - 100 granted (once) - 1.
+	if d.Remaining != 99859 {
+		t.Fatalf("central remaining %d, want 99859: the retry was applied again", d.Remaining)
 	}
 }

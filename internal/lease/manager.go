@@ -23,6 +23,9 @@ type Request struct {
 	// Returned gives back tokens a share earned beyond the pool's cap,
 	// from the lease of epoch ReturnedEpoch.
 	Returned, ReturnedEpoch int64
+	// Seq numbers the key's requests: a retry carries the same, and the
+	// allocator answers it again rather than applying it twice.
+	Seq uint64
 }
 
 // Grant is the allocator's answer to one Request.

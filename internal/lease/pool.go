@@ -72,9 +72,11 @@ type managerState struct {
 	inFlight     *flight
 	solo         bool // asks in a batch of its own after a rejected batch
 	lastSent     time.Time
-	pending      bool   // in the manager's next batch
-	delaySeq     uint64 // the live entry of the pool in the delay queue
-	givingBack   bool   // a request giving the share back is on its way
+	seq          uint64  // the sequence number of the key's last request
+	unacked      *flight // a request that failed, to be sent again as it was
+	pending      bool    // in the manager's next batch
+	delaySeq     uint64  // the live entry of the pool in the delay queue
+	givingBack   bool    // a request giving the share back is on its way
 
 	// The share of the rule's rate (share.go): tokens per second earned from
 	// shareFrom until shareEnd; accrued holds the fraction of a token not
@@ -89,10 +91,12 @@ type managerState struct {
 
 // flight is one key's part of an Acquire in flight.
 type flight struct {
-	want, consumed int64
-	wantRate       float64
-	age            time.Duration
-	sent           time.Time
+	want, consumed          int64
+	wantRate                float64
+	age                     time.Duration
+	sent                    time.Time // of the first attempt
+	returned, returnedEpoch int64
+	seq                     uint64
 }
 
 // Key is the key this pool limits.

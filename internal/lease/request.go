@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
 )
 
 // enqueue takes a refill the hot path asked for: it goes out with the next
@@ -78,14 +80,16 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 	for i, p := range pools {
 		o := &p.own
 		r := p.table.Rule()
-		f := &flight{want: m.wantTokens(p), wantRate: m.wantRate(p, r, now), sent: now}
-		f.consumed, f.age = p.takeConsumed(now)
+		f := m.retry(p, r, now)
+		if f == nil {
+			f = &flight{want: m.wantTokens(p), wantRate: m.wantRate(p, r, now), sent: now,
+				returned: o.overflow, returnedEpoch: o.epoch, seq: m.nextSeq(p)}
+			f.consumed, f.age = p.takeConsumed(now)
+			o.overflow = 0
+		}
 		o.inFlight, o.lastSent = f, now
-		// What the share earned beyond the pool's cap goes back now; if the
-		// call fails those tokens are lost, which only ever under-admits.
 		reqs[i] = Request{Rule: p.table.name, Key: p.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age,
-			WantRate: f.wantRate, Returned: o.overflow, ReturnedEpoch: o.epoch}
-		o.overflow = 0
+			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Seq: f.seq}
 	}
 	timeout := max(m.cfg.RPCTimeout, 3*m.roundTrip())
 	m.rpcs.Add(1)
@@ -142,10 +146,19 @@ func (m *Manager) apply(r result) {
 // is kept for the next report; an outage backs off and retries the keys.
 func (m *Manager) failed(r result, now time.Time) {
 	rejected := errors.Is(r.err, ErrRejected)
-	for _, p := range r.pools {
-		f := p.own.inFlight
-		p.restoreConsumed(f.consumed, f.age, f.sent)
-		p.own.inFlight = nil
+	var rej *Rejection
+	for i, p := range r.pools {
+		o := &p.own
+		if errors.As(r.err, &rej) && rej.Request == i {
+			// Refused before it reached the store: nothing of it was applied.
+			o.unacked = nil
+			p.restoreConsumed(o.inFlight.consumed, o.inFlight.age, o.inFlight.sent)
+		} else {
+			// It may have been applied with its answer lost: the next request
+			// is this one again, with its sequence number (see retry).
+			o.unacked = o.inFlight
+		}
+		o.inFlight = nil
 	}
 	if rejected {
 		m.rejected(r, now)
@@ -215,4 +228,34 @@ func (m *Manager) reachable(up bool, cause error) {
 			h(up, cause)
 		}
 	}
+}
+
+// retry returns the key's last request if it failed and may still be
+// answered again: the allocator keeps a holder's last answer for a TTL.
+// Sent again as it was, with its first send time (the lease runs from
+// then) and its sequence number, it is applied at most once. An older one
+// is dropped and its consumption reported afresh: at worst debited twice,
+// never lost.
+func (m *Manager) retry(p *Pool, r *rules.Rule, now time.Time) *flight {
+	f := p.own.unacked
+	p.own.unacked = nil
+	if f == nil {
+		return nil
+	}
+	if now.Sub(f.sent) < r.Lease.TTL/2 {
+		return f
+	}
+	p.restoreConsumed(f.consumed, f.age, f.sent)
+	return nil
+}
+
+// nextSeq numbers a key's new request. A key starts at a random number
+// below 2^52, so that a node restarted under the same name is not taken
+// for a retry of its former self.
+func (m *Manager) nextSeq(p *Pool) uint64 {
+	if p.own.seq == 0 {
+		p.own.seq = 1 + rand.Uint64N(1<<52)
+	}
+	p.own.seq++
+	return p.own.seq
 }

@@ -105,7 +105,7 @@ func (m *Manager) idle(p *Pool, now time.Time) bool {
 	if p.table.gone.Load() {
 		return p.own.inFlight == nil
 	}
-	if p.own.inFlight != nil || p.queued.Load() || p.consumed.Load() > 0 {
+	if p.own.inFlight != nil || p.own.unacked != nil || p.queued.Load() || p.consumed.Load() > 0 {
 		return false
 	}
 	return now.Sub(p.own.lastActive) >= p.table.Rule().Lease.TTL/2
@@ -186,10 +186,13 @@ func (m *Manager) release(ctx context.Context, rets []Return) error {
 // returnAll runs after the loop has stopped: it reports what was admitted
 // outside leases and gives back every leased token.
 func (m *Manager) returnAll(ctx context.Context) error {
-	var reports []Request
+	var retries, reports []Request // a key appears once per call: retries go first
 	var rets []Return
 	for _, t := range m.tableList() {
 		t.each(func(p *Pool) {
+			if f := p.own.unacked; f != nil && !t.gone.Load() { // it may not have been applied
+				retries = append(retries, Request{Rule: t.name, Key: p.key, Consumed: f.consumed, ConsumedAge: f.age, Seq: f.seq})
+			}
 			if c, age := p.takeConsumed(m.now()); c > 0 && !t.gone.Load() {
 				reports = append(reports, Request{Rule: t.name, Key: p.key, Consumed: c, ConsumedAge: age})
 			}
@@ -198,6 +201,18 @@ func (m *Manager) returnAll(ctx context.Context) error {
 			}
 		})
 	}
+	firstErr := m.report(ctx, retries)
+	if err := m.report(ctx, reports); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	if err := m.release(ctx, rets); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return firstErr
+}
+
+// report sends consumption reports, MaxBatch at a time.
+func (m *Manager) report(ctx context.Context, reports []Request) error {
 	var firstErr error
 	for len(reports) > 0 {
 		n := min(len(reports), m.cfg.MaxBatch)
@@ -207,9 +222,6 @@ func (m *Manager) returnAll(ctx context.Context) error {
 		}
 		cancel()
 		reports = reports[n:]
-	}
-	if err := m.release(ctx, rets); err != nil && firstErr == nil {
-		firstErr = err
 	}
 	return firstErr
 }

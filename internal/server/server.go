@@ -141,6 +141,9 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		if err := s.limits.checkTokens(field+".returned", lr.GetReturned()); err != nil {
 			return nil, err
 		}
+		if lr.GetSeq() >= 1<<53 {
+			return nil, invalid(field+".seq", "must be below 2^53, got %d", lr.GetSeq())
+		}
 		wantRate := lr.GetWantRate()
 		if math.IsNaN(wantRate) || math.IsInf(wantRate, 0) || wantRate < 0 {
 			return nil, invalid(field+".want_rate", "must be a finite rate of zero or more tokens per second, got %v", wantRate)
@@ -160,7 +163,7 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		want := min(lr.GetWant(), r.Lease.Max)
 		out[i] = store.AcquireRequest{Rule: r, Key: lr.GetKey(), Node: req.GetNodeId(), Want: want,
 			Consumed: lr.GetConsumed(), ConsumedAge: min(age, maxConsumedAge), WantRate: min(wantRate, r.Rate()),
-			Returned: lr.GetReturned(), ReturnedEpoch: lr.GetReturnedEpoch()}
+			Returned: lr.GetReturned(), ReturnedEpoch: lr.GetReturnedEpoch(), Seq: int64(lr.GetSeq())}
 	}
 	return out, nil
 }

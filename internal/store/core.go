@@ -29,6 +29,8 @@ type holder struct {
 	want     int64   // tokens
 	wantRate float64 // tokens per second the holder asked for as a share
 	rate     float64 // tokens per second of the rule's rate lent until until
+	seq      int64   // the holder's last applied request, 0: none
+	granted  int64   // the tokens that request was granted
 }
 
 // newState is what a missing key means: a full bucket, an empty window.
@@ -244,12 +246,53 @@ func fairGrant(avail, want int64, others []int64) int64 {
 // 2x its limit, or only the limit for consumption older than the window.
 func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
 	ttl := r.Lease.TTL.Microseconds()
+	if l, ok := st.replay(r, now, ttl, req); ok {
+		return l
+	}
+	var l Lease
 	switch r.Algorithm {
 	case rules.TokenBucket:
-		return st.acquireBucket(r, now, ttl, req)
+		l = st.acquireBucket(r, now, ttl, req)
 	default:
-		return st.acquireWindow(r, now, ttl, req)
+		l = st.acquireWindow(r, now, ttl, req)
 	}
+	if req.Seq > 0 {
+		h := st.holders[req.Node]
+		h.seq, h.granted = req.Seq, l.Granted
+		st.holders[req.Node] = h
+	}
+	return l
+}
+
+// replay answers again the request a holder last sent, whose answer was
+// lost: the same tokens and share, nothing applied twice (no consumption
+// debited, no return credited, no grant), and the state left as it is.
+// The lease's life runs from when the request was applied.
+func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lease, bool) {
+	h, ok := st.holders[req.Node]
+	if req.Seq == 0 || !ok || h.seq != req.Seq || h.until <= now {
+		return Lease{}, false
+	}
+	l := Lease{Granted: h.granted, Rate: h.rate, TTL: us(ttl)}
+	for _, o := range st.holders {
+		if o.until > now {
+			l.Holders++
+		}
+	}
+	applied := h.until - ttl
+	switch r.Algorithm {
+	case rules.TokenBucket:
+		l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+	default:
+		p := periodUS(r)
+		l.Epoch = applied / p
+		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
+		if r.Algorithm == rules.FixedWindow {
+			// Tokens of a window die with it, counted from the apply.
+			l.TTL = us(max(min(ttl, (l.Epoch+1)*p-applied), 0))
+		}
+	}
+	return l, true
 }
 
 func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {

@@ -296,7 +296,7 @@ func ruleArgs(op string, r *rules.Rule, extra ...any) []any {
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
 	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), ruleArgs("a", req.Rule, req.Node, req.Want, req.Consumed,
-		req.ConsumedAge.Microseconds(), req.WantRate, req.Returned, req.ReturnedEpoch)}
+		req.ConsumedAge.Microseconds(), req.WantRate, req.Returned, req.ReturnedEpoch, req.Seq)}
 }
 
 func (s *Redis) releaseCall(ret *Return) scriptCall {

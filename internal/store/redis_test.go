@@ -137,6 +137,7 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 			if rng.IntN(5) == 0 {
 				req.Returned = rng.Int64N(11)
 			}
+			req.Seq = rng.Int64N(3) // 0: none; else it may repeat the node's last: a replay
 			op.reqs = append(op.reqs, req)
 		}
 		return op

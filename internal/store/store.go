@@ -40,6 +40,10 @@ type AcquireRequest struct {
 	// lease of epoch ReturnedEpoch.
 	Returned      int64
 	ReturnedEpoch int64
+	// Seq is the node's sequence number for this (rule, key), 0 for none.
+	// A request with the seq of the node's last applied one is its retry
+	// (the answer was lost): it is answered again, not applied again.
+	Seq int64
 }
 
 // Lease is what the store lent.

@@ -213,6 +213,13 @@ type LeaseRequest struct {
 	Returned int64 `protobuf:"varint,7,opt,name=returned,proto3" json:"returned,omitempty"`
 	// The epoch of the lease the returned tokens came from (see Return.epoch).
 	ReturnedEpoch int64 `protobuf:"varint,8,opt,name=returned_epoch,json=returnedEpoch,proto3" json:"returned_epoch,omitempty"`
+	// The node's sequence number for this (rule, key): one more for each new
+	// request, the same for a retry. A request with the sequence number of
+	// the node's last applied one is answered again with what that one got,
+	// and not applied again (its consumed, returned and want count once), so
+	// a retry after a lost answer is safe. Below 2^53. 0: no sequence, every
+	// request applied.
+	Seq           uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,6 +306,13 @@ func (x *LeaseRequest) GetReturned() int64 {
 func (x *LeaseRequest) GetReturnedEpoch() int64 {
 	if x != nil {
 		return x.ReturnedEpoch
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
 	}
 	return 0
 }
@@ -1063,7 +1077,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x82\x02\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x94\x02\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1072,7 +1086,8 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\fconsumed_age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vconsumedAge\x12\x1b\n" +
 	"\twant_rate\x18\x06 \x01(\x01R\bwantRate\x12\x1a\n" +
 	"\breturned\x18\a \x01(\x03R\breturned\x12%\n" +
-	"\x0ereturned_epoch\x18\b \x01(\x03R\rreturnedEpoch\"_\n" +
+	"\x0ereturned_epoch\x18\b \x01(\x03R\rreturnedEpoch\x12\x10\n" +
+	"\x03seq\x18\t \x01(\x04R\x03seq\"_\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +
 	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\"\xa8\x02\n" +

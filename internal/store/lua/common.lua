@@ -12,8 +12,9 @@
 -- ARGV: op ('a' acquire, 'r' release, 'c' check), limit, period (µs),
 -- burst, lease ttl (µs), then the operation's own arguments: for an
 -- acquire node, want, consumed, the consumption's age (µs), the wanted
--- rate (tokens/s), returned tokens and their epoch; for a release node,
--- tokens and epoch; for a check the cost.
+-- rate (tokens/s), returned tokens and their epoch, and the request's
+-- sequence number (0: none); for a release node, tokens and epoch; for a
+-- check the cost.
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -46,15 +47,16 @@ local function call_chunked(cmd, list)
   end
 end
 
--- parse_holder reads a holder field's value, "<until µs>:<want>" or, with
--- a rate share, "<until µs>:<want>:<wanted rate>:<lent rate>" (tokens/s).
+-- parse_holder reads a holder field's value, "<until µs>:<want>", with a
+-- rate share ":<wanted rate>:<lent rate>" (tokens/s) after it, and with a
+-- sequence number ":<seq>:<granted>" after that.
 local function parse_holder(v)
   local h, i = {}, 1
   for part in string.gmatch(v, '[^:]+') do
     h[i] = tonumber(part)
     i = i + 1
   end
-  h[3], h[4] = h[3] or 0, h[4] or 0
+  h[3], h[4], h[5], h[6] = h[3] or 0, h[4] or 0, h[5] or 0, h[6] or 0
   return h
 end
 
@@ -150,9 +152,46 @@ local function hold(st, node, want, want_rate, now)
   if #dead > 0 then
     call_chunked('HDEL', dead)
   end
-  st.holders[node] = { now + ttl, want, want_rate, 0 }
+  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0 }
   st.held = node
   return others, count
+end
+
+-- remember records what the holder's request was granted, under its
+-- sequence number, for replay.
+local function remember(st, req, granted)
+  if req.seq > 0 then
+    local h = st.holders[req.node]
+    h[5], h[6] = req.seq, granted
+  end
+end
+
+-- replay is core.go's replay: the node's last request, whose answer was
+-- lost, answered again without being applied again. window is nil for a
+-- token bucket, else 'fixed' or 'sliding'.
+local function replay(st, now, req, window)
+  local h = st.holders[req.node]
+  if req.seq == 0 or h == nil or h[5] ~= req.seq or h[1] <= now then
+    return nil
+  end
+  local count = 0
+  for _, o in pairs(st.holders) do
+    if o[1] > now then
+      count = count + 1
+    end
+  end
+  local applied = h[1] - ttl
+  local lease_ttl, epoch, remaining = ttl, 0, 0
+  if window == nil then
+    remaining = math.floor(math.max(st.t, 0))
+  else
+    epoch = (applied - math.fmod(applied, period)) / period
+    remaining = math.floor(math.max(limit - st.t, 0))
+    if window == 'fixed' then
+      lease_ttl = math.max(math.min(ttl, (epoch + 1) * period - applied), 0)
+    end
+  end
+  return { h[6], remaining, lease_ttl, 0, count, epoch, fmt(h[4]) }
 end
 
 -- fair_grant is core.go's fairGrant: water-filling over the holders' wants.
@@ -192,11 +231,14 @@ local function save(st, now, fields)
   if st.held then
     local h = st.holders[st.held]
     fields[#fields + 1] = 'h:' .. st.held
-    if h[3] > 0 then
-      fields[#fields + 1] = fmt(h[1]) .. ':' .. fmt(h[2]) .. ':' .. fmt(h[3]) .. ':' .. fmt(h[4])
-    else
-      fields[#fields + 1] = fmt(h[1]) .. ':' .. fmt(h[2])
+    local v = fmt(h[1]) .. ':' .. fmt(h[2])
+    if h[3] > 0 or h[5] > 0 then
+      v = v .. ':' .. fmt(h[3]) .. ':' .. fmt(h[4])
     end
+    if h[5] > 0 then
+      v = v .. ':' .. fmt(h[5]) .. ':' .. fmt(h[6])
+    end
+    fields[#fields + 1] = v
   end
   redis.call('HSET', key, unpack(fields))
   redis.call('PEXPIRE', key, fmt(math.max(1, math.ceil((st.x - now) / 1000))))
@@ -219,6 +261,7 @@ local function dispatch(acquire, release, check)
       want_rate = tonumber(ARGV[10]),
       returned = tonumber(ARGV[11]),
       returned_epoch = tonumber(ARGV[12]),
+      seq = tonumber(ARGV[13]),
     })
   elseif op == 'r' and release then
     return release(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))

@@ -33,6 +33,10 @@ end
 
 local function acquire(now, req)
   local st = load(now, true) or fresh()
+  local again = replay(st, now, req, 'fixed')
+  if again then
+    return again
+  end
   local epoch, start, at = roll(st, now)
   credit(st, epoch, req.returned, req.returned_epoch)
   local ceiling = 2 * limit
@@ -44,6 +48,7 @@ local function acquire(now, req)
   local used = st.t
   local g = fair_grant(math.floor(math.max(limit - used, 0)), req.want, others)
   st.t = st.t + g
+  remember(st, req, g)
   local remaining = math.floor(math.max(limit - used - g, 0))
   local stop = start + period
   -- Tokens of a window die with it: the window never exceeds its limit.

@@ -68,6 +68,10 @@ end
 
 local function acquire(now, req)
   local st = load(now, true) or fresh(now)
+  local again = replay(st, now, req, nil)
+  if again then
+    return again
+  end
   refill(st, now)
   st.t = math.min(capacity, st.t + req.returned)
   local floor = math.min(st.t, -math.max(capacity - req.age * rate, 0))
@@ -76,6 +80,7 @@ local function acquire(now, req)
   local g = fair_grant(math.floor(math.max(st.t, 0)), req.want, others)
   st.t = st.t - g
   local share = lend_rate(st, req.node)
+  remember(st, req, g)
   local remaining = math.floor(math.max(st.t, 0))
   local retry = 0
   if g < req.want then

@@ -126,3 +126,28 @@ func testWindowsLendNoRate(t *testing.T, h Harness) {
 		}
 	}
 }
+
+// A request sent again with the same sequence number (its answer was lost)
+// is answered again and applied once: its consumption is debited once and
+// its tokens granted once.
+func testAcquireIsIdempotent(t *testing.T, h Harness) {
+	s, r := h.New(t), bucketRule(t, 100)
+	req := store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 30, Consumed: 10, Seq: 7}
+	first := acquireRate(t, s, req)
+	if first.Granted != 30 || first.Remaining != 60 {
+		t.Fatalf("first answer %+v, want 30 granted and 60 left (100 - 10 consumed - 30)", first)
+	}
+	again := acquireRate(t, s, req)
+	if again.Granted != 30 || again.Remaining != 60 {
+		t.Fatalf("the retry was answered %+v, want the same 30 and nothing applied twice (60 left)", again)
+	}
+	req.Seq = 8 // the next request is applied
+	if l := acquireRate(t, s, req); l.Granted != 30 || l.Remaining != 20 {
+		t.Fatalf("the next request got %+v, want 30 more and 20 left", l)
+	}
+	req.Seq = 0 // no sequence: every request applied
+	acquireRate(t, s, req)
+	if d := check(t, s, r, "k", 1); d.Allowed {
+		t.Fatalf("%+v: requests without a sequence number were not applied", d)
+	}
+}

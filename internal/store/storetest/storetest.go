@@ -113,6 +113,7 @@ func Run(t *testing.T, h Harness) {
 		{"ShareEndsWithLease", testShareEndsWithLease},
 		{"ShareHeldBackByDebt", testShareHeldBackByDebt},
 		{"AcquireReturned", testAcquireReturned},
+		{"AcquireIsIdempotent", testAcquireIsIdempotent},
 		{"WindowsLendNoRate", testWindowsLendNoRate},
 	}
 	for _, tc := range tests {
