@@ -256,6 +256,7 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 	resp, err := c.api.Check(cctx, &allotv1.CheckRequest{Rule: r.Name, Key: key, Cost: n})
 	done(err)
 	if err == nil {
+		c.reportStrictSoon()
 		rs.counts.decide(resp.GetAllowed(), ModeStrict)
 		return Decision{Allowed: resp.GetAllowed(), Limit: resp.GetLimit(), Remaining: resp.GetRemaining(),
 			RetryAfter: resp.GetRetryAfter().AsDuration(), ResetAfter: resp.GetResetAfter().AsDuration(), Mode: ModeStrict, Rule: r.Name}, nil
@@ -276,6 +277,9 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 	}
 	now := c.cfg.clock.Now()
 	bd := rs.shares.Get(r, key, now).AllowN(r, c.fleetSize(), now, n)
+	if bd.Allowed && rs.table == nil { // reported once the allocator is back
+		c.debts.add(r.Name, key, n, now)
+	}
 	rs.counts.decide(bd.Allowed, ModeFallback)
 	return Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,
 		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback, Rule: r.Name}, nil

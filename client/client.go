@@ -37,6 +37,7 @@ type Client struct {
 	gossip  *fallback.Gossip
 	metrics *metrics
 	rtts    roundTrips
+	debts   strictDebts // strict rules' fallback admissions, to report
 	rules   atomic.Pointer[ruleTable]
 	closed  atomic.Bool
 
@@ -368,6 +369,7 @@ func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var errs []error
+	c.reportStrict(ctx)
 	if c.mgr != nil {
 		if err := c.mgr.Close(ctx); err != nil && !isUnreachable(err) {
 			errs = append(errs, fmt.Errorf("returning leases: %w", err))

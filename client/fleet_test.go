@@ -384,3 +384,42 @@ rules:
 		t.Fatalf("admitted %d on a fresh key across 4 nodes, more than its burst of 100", admitted)
 	}
 }
+
+// What a strict rule admits on its fallback share while the allocator is
+// down is debited once it is back. Before, it was never reported: the key
+// had its whole limit again after the outage.
+func TestStrictFallbackIsReported(t *testing.T) {
+	f := newFleet(t, `
+rules:
+  - name: s
+    algorithm: sliding_log
+    limit: 10
+    period: 1h
+    failure: open
+`, 1, nil)
+	n, ctx := f.nodes[0], context.Background()
+	f.stopAllocator()
+	admitted := 0
+	for range 5 {
+		if d, err := n.AllowN(ctx, "s", "k", 1); err == nil && d.Allowed && d.Mode == client.ModeFallback {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("admitted %d of 5 on the fallback share (10 an hour on one node)", admitted)
+	}
+	f.startAllocator(f.addr)
+	deadline := time.Now().Add(5 * time.Second)
+	var d client.Decision
+	for time.Now().Before(deadline) {
+		var err error
+		if d, err = n.AllowN(ctx, "s", "k", 1); err == nil && d.Mode == client.ModeStrict && d.Remaining < 9 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// 10 - 5 reported - the checks since, each 1.
+	if d.Mode != client.ModeStrict || d.Remaining > 4 {
+		t.Fatalf("after the allocator came back: %+v; the 5 admitted while it was down were not debited", d)
+	}
+}

@@ -131,6 +131,7 @@ func (c *Client) leaseHooks() lease.Hooks {
 		},
 		Reachable: func(up bool, cause error) {
 			if up {
+				c.reportStrictSoon()
 				m.reachable.Set(1)
 				c.logMode("allot: allocator reachable: deciding from leases again")
 				return

@@ -125,9 +125,14 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 	seen := make(map[ruleKey]int, len(out))
 	for i, lr := range req.GetRequests() {
 		field := fmt.Sprintf("requests[%d]", i)
-		r, err := s.leasableRule(set, field+".rule", lr.GetRule())
+		r, err := lookup(set, field+".rule", lr.GetRule())
 		if err != nil {
 			return nil, err
+		}
+		if !r.Leasable() && (lr.GetWant() != 0 || lr.GetWantRate() != 0 || lr.GetReturned() != 0) {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"%s: rule %q is strict (%s) and is decided by Check, not leased; an Acquire on it may only report consumed tokens (want, want_rate and returned 0)",
+				field+".rule", r.Name, r.Algorithm)
 		}
 		if err := s.limits.checkKey(field+".key", lr.GetKey()); err != nil {
 			return nil, err

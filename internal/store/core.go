@@ -246,6 +246,9 @@ func fairGrant(avail, want int64, others []int64) int64 {
 // 2x its limit, or only the limit for consumption older than the window.
 func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
 	ttl := r.Lease.TTL.Microseconds()
+	if !r.Leasable() {
+		return st.report(r, now, ttl, req)
+	}
 	if l, ok := st.replay(r, now, ttl, req); ok {
 		return l
 	}
@@ -299,9 +302,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	capacity, rate := float64(r.Burst), ratePerUS(r)
 	st.refill(r, now)
 	st.tokens = math.Min(capacity, st.tokens+float64(req.Returned))
-	repaid := float64(req.ConsumedAge.Microseconds()) * rate
-	floor := math.Min(st.tokens, -math.Max(capacity-repaid, 0))
-	st.tokens = math.Max(st.tokens-float64(req.Consumed), floor)
+	st.debitBucket(r, req.Consumed, req.ConsumedAge)
 	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
@@ -323,11 +324,7 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	limit, p := float64(r.Limit), periodUS(r)
 	epoch, start, at := st.roll(r, now)
 	st.credit(r, epoch, req.Returned, req.ReturnedEpoch)
-	ceiling := 2 * limit
-	if req.ConsumedAge.Microseconds() >= p {
-		ceiling = math.Max(st.tokens, limit)
-	}
-	st.tokens = math.Min(st.tokens+float64(req.Consumed), ceiling)
+	st.debitWindow(r, req.Consumed, req.ConsumedAge)
 	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {
@@ -352,6 +349,84 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	}
 	st.expires = start + 2*p + ttl
 	return l
+}
+
+// debitBucket takes tokens admitted outside the allocator out of a refilled
+// bucket, into a debt of at most one capacity less what refilling has
+// repaid since they were admitted (age).
+func (st *state) debitBucket(r *rules.Rule, consumed int64, age time.Duration) {
+	capacity := float64(r.Burst)
+	repaid := float64(age.Microseconds()) * ratePerUS(r)
+	floor := math.Min(st.tokens, -math.Max(capacity-repaid, 0))
+	st.tokens = math.Max(st.tokens-float64(consumed), floor)
+}
+
+// debitWindow adds tokens admitted outside the allocator to a rolled
+// window's count: up to twice the limit, or up to the limit only for
+// consumption older than a window.
+func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration) {
+	limit := float64(r.Limit)
+	ceiling := 2 * limit
+	if age.Microseconds() >= periodUS(r) {
+		ceiling = math.Max(st.tokens, limit)
+	}
+	st.tokens = math.Min(st.tokens+float64(consumed), ceiling)
+}
+
+// report debits what a node admitted under a strict rule from its fallback
+// share while the allocator could not decide: nothing is lent, the node is
+// not counted as a holder, and the debit is bounded as an Acquire's
+// consumed is (a log takes entries up to its limit).
+func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
+	l := Lease{TTL: us(ttl)}
+	switch r.Algorithm {
+	case rules.TokenBucket:
+		st.refill(r, now)
+		st.debitBucket(r, req.Consumed, req.ConsumedAge)
+		l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+		st.expires = now + ceilUS((float64(r.Burst)-st.tokens)/ratePerUS(r)) + ttl
+	case rules.SlidingLog:
+		st.reportLog(r, now, req)
+		l.Remaining = r.Limit - int64(len(st.log))
+	default:
+		_, start, _ := st.roll(r, now)
+		st.debitWindow(r, req.Consumed, req.ConsumedAge)
+		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
+		st.expires = start + 2*periodUS(r) + ttl
+		if r.Algorithm == rules.FixedWindow {
+			st.expires = start + periodUS(r) + ttl
+		}
+	}
+	return l
+}
+
+// reportLog logs consumption admitted age ago: entries still inside the
+// period, stamped no earlier than the newest, up to the limit.
+func (st *state) reportLog(r *rules.Rule, now int64, req *AcquireRequest) {
+	p := periodUS(r)
+	st.dropLog(now - p)
+	n := int64(len(st.log))
+	if at := now - req.ConsumedAge.Microseconds(); at > now-p && req.Consumed > 0 {
+		if n > 0 {
+			at = max(at, st.log[n-1])
+		}
+		for range min(req.Consumed, r.Limit-n) {
+			st.log = append(st.log, at)
+		}
+	}
+	st.expires = now + p
+	if len(st.log) > 0 {
+		st.expires = st.log[len(st.log)-1] + p
+	}
+}
+
+// dropLog forgets the entries at or before cutoff.
+func (st *state) dropLog(cutoff int64) {
+	drop := 0
+	for drop < len(st.log) && st.log[drop] <= cutoff {
+		drop++
+	}
+	st.log = st.log[drop:]
 }
 
 // slidingRetry is how long until a sliding window admits cost more tokens.
@@ -469,11 +544,7 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 // is younger than the period.
 func (st *state) checkLog(r *rules.Rule, now, cost int64) Decision {
 	p := periodUS(r)
-	drop := 0
-	for drop < len(st.log) && st.log[drop] <= now-p {
-		drop++
-	}
-	st.log = st.log[drop:]
+	st.dropLog(now - p)
 	d := Decision{Limit: r.Limit}
 	n := int64(len(st.log))
 	if n+cost <= r.Limit {

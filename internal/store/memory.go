@@ -72,7 +72,7 @@ func (m *Memory) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, e
 		return nil, err
 	}
 	for i := range reqs {
-		if !reqs[i].Rule.Leasable() {
+		if !reqs[i].Reportable() {
 			return nil, ErrNotLeasable
 		}
 	}

@@ -185,7 +185,7 @@ func (s *Redis) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, er
 		return nil, err
 	}
 	for i := range reqs {
-		if !reqs[i].Rule.Leasable() {
+		if !reqs[i].Reportable() {
 			return nil, ErrNotLeasable
 		}
 	}
@@ -296,7 +296,15 @@ func ruleArgs(op string, r *rules.Rule, extra ...any) []any {
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
 	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), ruleArgs("a", req.Rule, req.Node, req.Want, req.Consumed,
-		req.ConsumedAge.Microseconds(), req.WantRate, req.Returned, req.ReturnedEpoch, req.Seq)}
+		req.ConsumedAge.Microseconds(), req.WantRate, req.Returned, req.ReturnedEpoch, req.Seq, strictArg(req.Rule))}
+}
+
+// strictArg tells a script that an acquire only reports consumption.
+func strictArg(r *rules.Rule) string {
+	if r.Leasable() {
+		return "0"
+	}
+	return "1"
 }
 
 func (s *Redis) releaseCall(ret *Return) scriptCall {

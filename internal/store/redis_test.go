@@ -138,6 +138,11 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 				req.Returned = rng.Int64N(11)
 			}
 			req.Seq = rng.Int64N(3) // 0: none; else it may repeat the node's last: a replay
+			if rng.IntN(6) == 0 {   // a strict rule: a report of consumption only
+				strict := all[len(all)-1]
+				req = store.AcquireRequest{Rule: strict, Key: key(), Node: node(), Consumed: rng.Int64N(8),
+					ConsumedAge: time.Duration(rng.Int64N(3)) * time.Second}
+			}
 			op.reqs = append(op.reqs, req)
 		}
 		return op

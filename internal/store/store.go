@@ -40,10 +40,20 @@ type AcquireRequest struct {
 	// lease of epoch ReturnedEpoch.
 	Returned      int64
 	ReturnedEpoch int64
+	// For a strict rule a request only reports consumption (Want, WantRate
+	// and Returned are 0): what the node admitted on its fallback share
+	// while the allocator could not decide.
+	//
 	// Seq is the node's sequence number for this (rule, key), 0 for none.
 	// A request with the seq of the node's last applied one is its retry
 	// (the answer was lost): it is answered again, not applied again.
 	Seq int64
+}
+
+// Reportable reports whether the store may take the request: any request
+// on a leasable rule, a consumption report only on a strict one.
+func (r *AcquireRequest) Reportable() bool {
+	return r.Rule.Leasable() || (r.Want == 0 && r.WantRate == 0 && r.Returned == 0)
 }
 
 // Lease is what the store lent.

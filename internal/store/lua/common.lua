@@ -12,8 +12,9 @@
 -- ARGV: op ('a' acquire, 'r' release, 'c' check), limit, period (µs),
 -- burst, lease ttl (µs), then the operation's own arguments: for an
 -- acquire node, want, consumed, the consumption's age (µs), the wanted
--- rate (tokens/s), returned tokens and their epoch, and the request's
--- sequence number (0: none); for a release node, tokens and epoch; for a
+-- rate (tokens/s), returned tokens and their epoch, the request's
+-- sequence number (0: none) and '1' when the rule is strict (the request
+-- only reports consumption); for a release node, tokens and epoch; for a
 -- check the cost.
 
 local key = KEYS[1]
@@ -250,6 +251,15 @@ local function forget(st, node)
   redis.call('HDEL', key, 'h:' .. node)
 end
 
+-- debit_window is core.go's debitWindow, on a rolled window state.
+local function debit_window(st, consumed, age)
+  local ceiling = 2 * limit
+  if age >= period then
+    ceiling = math.max(st.t, limit)
+  end
+  st.t = math.min(st.t + consumed, ceiling)
+end
+
 local function dispatch(acquire, release, check)
   local now = now_us()
   if op == 'a' and acquire then
@@ -262,6 +272,7 @@ local function dispatch(acquire, release, check)
       returned = tonumber(ARGV[11]),
       returned_epoch = tonumber(ARGV[12]),
       seq = tonumber(ARGV[13]),
+      strict = ARGV[14] == '1',
     })
   elseif op == 'r' and release then
     return release(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))

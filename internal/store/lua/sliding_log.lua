@@ -52,4 +52,27 @@ local function check(now, cost)
   return { allowed, limit - count, retry, reset }
 end
 
-return dispatch(nil, nil, check)
+-- acquire is core.go's reportLog: sliding logs are strict, so an acquire
+-- only reports consumption admitted age ago, logged while still inside the
+-- period, no earlier than the newest entry, up to the limit.
+local function acquire(now, req)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
+  local n = redis.call('ZCARD', key)
+  local at = now - req.age
+  if at > now - period and req.consumed > 0 then
+    if n > 0 then
+      at = math.max(at, score(-1))
+    end
+    local add = math.min(req.consumed, limit - n)
+    if add > 0 then
+      append(at, add)
+      n = n + add
+    end
+  end
+  if n > 0 then
+    redis.call('PEXPIRE', key, fmt(math.max(1, math.ceil((score(-1) + period - now) / 1000))))
+  end
+  return { 0, limit - n, ttl, 0, 0, 0, '0' }
+end
+
+return dispatch(acquire, nil, check)

@@ -61,7 +61,20 @@ local function credit(st, epoch, tokens, from)
   end
 end
 
+-- report is core.go's report for a strict window.
+local function report(now, req)
+  local st = load(now) or fresh()
+  local _, start = roll(st, now)
+  debit_window(st, req.consumed, req.age)
+  st.x = start + 2 * period + ttl
+  save_window(st, now)
+  return { 0, math.floor(math.max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
+end
+
 local function acquire(now, req)
+  if req.strict then
+    return report(now, req)
+  end
   local st = load(now, true) or fresh()
   local again = replay(st, now, req, 'sliding')
   if again then
@@ -69,11 +82,7 @@ local function acquire(now, req)
   end
   local epoch, start, at = roll(st, now)
   credit(st, epoch, req.returned, req.returned_epoch)
-  local ceiling = 2 * limit
-  if req.age >= period then
-    ceiling = math.max(st.t, limit)
-  end
-  st.t = math.min(st.t + req.consumed, ceiling)
+  debit_window(st, req.consumed, req.age)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now)
   local used = estimate(st, at, start)
   local g = fair_grant(math.floor(math.max(limit - used, 0)), req.want, others)

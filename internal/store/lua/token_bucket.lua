@@ -66,7 +66,26 @@ local function save_bucket(st, now)
   save(st, now, { 't', fmt(st.t), 's', fmt(st.s) })
 end
 
+-- debit is core.go's debitBucket.
+local function debit(st, consumed, age)
+  local floor = math.min(st.t, -math.max(capacity - age * rate, 0))
+  st.t = math.max(st.t - consumed, floor)
+end
+
+-- report is core.go's report for a strict token bucket.
+local function report(now, req)
+  local st = load(now) or fresh(now)
+  refill(st, now)
+  debit(st, req.consumed, req.age)
+  st.x = now + ceil_us((capacity - st.t) / rate) + ttl
+  save_bucket(st, now)
+  return { 0, math.floor(math.max(st.t, 0)), ttl, 0, 0, 0, '0' }
+end
+
 local function acquire(now, req)
+  if req.strict then
+    return report(now, req)
+  end
   local st = load(now, true) or fresh(now)
   local again = replay(st, now, req, nil)
   if again then
@@ -74,8 +93,7 @@ local function acquire(now, req)
   end
   refill(st, now)
   st.t = math.min(capacity, st.t + req.returned)
-  local floor = math.min(st.t, -math.max(capacity - req.age * rate, 0))
-  st.t = math.max(st.t - req.consumed, floor)
+  debit(st, req.consumed, req.age)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now)
   local g = fair_grant(math.floor(math.max(st.t, 0)), req.want, others)
   st.t = st.t - g

@@ -114,6 +114,7 @@ func Run(t *testing.T, h Harness) {
 		{"ShareHeldBackByDebt", testShareHeldBackByDebt},
 		{"AcquireReturned", testAcquireReturned},
 		{"AcquireIsIdempotent", testAcquireIsIdempotent},
+		{"StrictConsumptionIsReported", testStrictConsumptionIsReported},
 		{"WindowsLendNoRate", testWindowsLendNoRate},
 	}
 	for _, tc := range tests {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,8 +10,10 @@ import (
 	"github.com/allot-dev/allot/internal/store"
 )
 
-// The rate-share cases: a lease may carry a share of the rule's rate, which
-// the central bucket stops earning while the share lasts.
+// The Acquire cases beyond tokens: rate shares (a lease may carry a share
+// of the rule's rate, which the central bucket stops earning while the
+// share lasts), tokens returned with a request, retries answered once, and
+// consumption reports on strict rules.
 
 func acquireRate(t *testing.T, s store.Store, req store.AcquireRequest) store.Lease {
 	t.Helper()
@@ -149,5 +152,35 @@ func testAcquireIsIdempotent(t *testing.T, h Harness) {
 	acquireRate(t, s, req)
 	if d := check(t, s, r, "k", 1); d.Allowed {
 		t.Fatalf("%+v: requests without a sequence number were not applied", d)
+	}
+}
+
+// An Acquire on a strict rule only reports consumption: what a node
+// admitted on its fallback share while the allocator could not decide is
+// debited, nothing is lent, and the node is not a holder.
+func testStrictConsumptionIsReported(t *testing.T, h Harness) {
+	s := h.New(t)
+	log := rule(t, rules.Rule{Name: "sl", Algorithm: rules.SlidingLog, Limit: 10, Period: slow})
+	tb := rule(t, rules.Rule{Name: "stb", Algorithm: rules.TokenBucket, Limit: 10, Period: slow, Strict: true})
+	for _, r := range []*rules.Rule{log, tb} {
+		l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Consumed: 7, ConsumedAge: time.Second})
+		if l.Granted != 0 || l.Holders != 0 || l.Remaining != 3 {
+			t.Fatalf("%s: report answered %+v, want nothing granted, no holder, 3 left", r.Algorithm, l)
+		}
+		if d := check(t, s, r, "k", 4); d.Allowed {
+			t.Fatalf("%s: 4 allowed after 7 of 10 were reported: %+v", r.Algorithm, d)
+		}
+		if _, err := s.Acquire(context.Background(), []store.AcquireRequest{{Rule: r, Key: "k", Node: "a", Want: 1}}); !errors.Is(err, store.ErrNotLeasable) {
+			t.Fatalf("%s: a lease on a strict rule: %v, want ErrNotLeasable", r.Algorithm, err)
+		}
+	}
+	// A log takes no more entries than its limit, and none older than its period.
+	acquireRate(t, s, store.AcquireRequest{Rule: log, Key: "k2", Node: "a", Consumed: 50})
+	acquireRate(t, s, store.AcquireRequest{Rule: log, Key: "k3", Node: "a", Consumed: 5, ConsumedAge: 2 * slow})
+	if d := check(t, s, log, "k2", 1); d.Allowed || d.Remaining != 0 {
+		t.Fatalf("a log reported 50 of 10 still admits: %+v", d)
+	}
+	if d := check(t, s, log, "k3", 10); !d.Allowed {
+		t.Fatalf("consumption older than the period still counts: %+v", d)
 	}
 }
