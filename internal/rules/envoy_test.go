@@ -123,7 +123,7 @@ func TestEnvoySectionFollowsRatelimitExamples(t *testing.T) {
 		{"messaging", []string{"message_type=transactional", "to_number=1"}, nil},
 		{"edge_proxy_per_ip", []string{"remote_address=50.0.0.1"}, &want{10, EnvoySecond, FixedWindow, false, false}},
 		{"edge_proxy_per_ip", []string{"remote_address=50.0.0.5"}, &want{0, EnvoySecond, 0, false, false}}, // the value wins over the key
-		{"example4", []string{"key=value", "subkey=subvalue"}, nil},                                          // more entries than levels
+		{"example4", []string{"key=value", "subkey=subvalue"}, nil},                                        // more entries than levels
 		{"example4", []string{"key=value"}, &want{300, EnvoySecond, FixedWindow, false, false}},
 		{"internal", []string{"ldap=x"}, &want{0, 0, 0, true, false}},
 		{"internal", []string{"azure=x"}, &want{100, EnvoyMinute, TokenBucket, false, false}}, // the domain's algorithm
