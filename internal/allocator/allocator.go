@@ -86,8 +86,8 @@ type Config struct {
 	// GetRules: AccessAuthenticated, AccessOn or AccessOff. Nodes need
 	// GetRules unless they are given Config.Rules. default: AccessAuthenticated
 	Reflection, GetRules Access
-	// MaxInFlight bounds the Acquire, Release and Check calls served at
-	// once; a call over it is refused with ResourceExhausted at once.
+	// MaxInFlight bounds the Acquire, Release, Check and ShouldRateLimit
+	// calls served at once; a call over it is refused with ResourceExhausted at once.
 	// Negative: no bound. default: 256
 	MaxInFlight int
 	// MaxInFlightPerNode bounds one node_id's calls in flight, so that a
