@@ -5,9 +5,16 @@ TESTFLAGS ?= -race -timeout 9m
 
 .PHONY: test bench lint generate tools
 
-## test: every test, race detector on, against a throwaway redis-server.
+# The fleet tests measure what a fleet of nodes admits under load; they run
+# on their own, after the others and without the race detector, whose
+# slowdown would be what they measure.
+FLEET_PKGS ?= ./internal/fleet/...
+FLEETFLAGS ?= -timeout 9m
+
+## test: every test against a throwaway redis-server: the race detector on,
+## then the fleet tests.
 test:
-	./scripts/with-redis.sh $(GO) test $(TESTFLAGS) $(PKGS)
+	./scripts/with-redis.sh sh -c '$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v /internal/fleet) && $(GO) test $(FLEETFLAGS) $(FLEET_PKGS)'
 
 ## bench: Go benchmarks of the hot paths, beside their baselines.
 bench:

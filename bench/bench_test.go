@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/allot-dev/allot/internal/redistest"
 )
@@ -36,13 +37,14 @@ func TestShortRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"results.md", "lease-accuracy.png", "lease-redis.png", "failover.png"} {
+	for _, f := range []string{"results.md", "lease-accuracy.png", "lease-redis.png", "failover.png", "distance.png"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty: %v", f, err)
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
-	for _, want := range []string{"allot adaptive", "Redis Lua per request", "Check RPC per request", "local only (limit/N)", "## Failover", "## The figures"} {
+	for _, want := range []string{"allot adaptive", "Redis Lua per request", "Check RPC per request", "local only (limit/N)", "## Failover", "## The figures",
+		"## Distance", "allot rate shares", "allot tokens only"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -60,6 +62,12 @@ func TestShortRun(t *testing.T) {
 	if hy == nil || lo == nil || float64(lo.res.admitted) >= float64(hy.res.admitted) {
 		t.Errorf("skew: local-only admitted as much as the hybrid")
 	}
+	// Far from the allocator, rate shares keep what tokens alone lose.
+	far := distanceScenario(200 * time.Millisecond)
+	sh, tk := rep.find(far, "allot rate shares"), rep.find(far, "allot tokens only")
+	if sh == nil || tk == nil || sh.res.admitted <= tk.res.admitted {
+		t.Errorf("200ms away: rate shares did not admit more than tokens alone")
+	}
 	if rep.failover == nil || rep.failover.res.admitted == 0 {
 		t.Error("no failover run")
 	}
@@ -68,6 +76,7 @@ func TestShortRun(t *testing.T) {
 func TestFlags(t *testing.T) {
 	bad := [][]string{
 		{"--nodes", "0"}, {"--leases", "1,x"}, {"--failure", "0.7,0.3"}, {"--skew", "1.5"}, {"--duration", "10ms"},
+		{"--distance-rtts", "0,-5ms"}, {"--distance-rtts", "far"}, {"--distance-burst", "0"},
 	}
 	for _, args := range bad {
 		if _, err := parseFlags(args); err == nil {

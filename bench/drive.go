@@ -20,6 +20,7 @@ type load struct {
 	keys     int       // 1: one key; more: Zipf-distributed keys
 	duration time.Duration
 	events   []event // things to do during the run, e.g. kill the allocator
+	saturate bool    // also measure the strategy's throughput, saturated
 }
 
 type event struct {

@@ -35,6 +35,12 @@ type config struct {
 	scenarios  map[string]bool
 	killAt     float64
 	restoreAt  float64
+	// The distance scenario: round trips between nodes and the allocator
+	// (and Redis, for per-request Redis), and its rule.
+	distanceRTTs  []time.Duration
+	distanceLimit int64
+	distanceBurst int64
+	distanceRun   time.Duration
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -53,7 +59,11 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.workers, "workers", 4, "goroutines per node")
 	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: start a redis-server on a free port)")
 	fs.StringVar(&c.out, "out", "bench/results", "report folder")
-	scen := fs.String("scenarios", "uniform,skew,failover,manykeys", "scenarios to run")
+	scen := fs.String("scenarios", "uniform,skew,failover,manykeys,distance", "scenarios to run")
+	rtts := fs.String("distance-rtts", "0,20ms,50ms,100ms,200ms,500ms", "distance scenario: round trips to the allocator")
+	fs.Int64Var(&c.distanceLimit, "distance-limit", 1000, "distance scenario: the rule's limit per second")
+	fs.Int64Var(&c.distanceBurst, "distance-burst", 100, "distance scenario: the rule's burst")
+	fs.DurationVar(&c.distanceRun, "distance-run", 6*time.Second, "distance scenario: length of each run")
 	failure := fs.String("failure", "0.333,0.667", "failover scenario: kill and restore the allocator at these fractions of the run")
 	short := fs.Bool("short", false, "a few seconds in all: small durations, 1,000 keys")
 	if err := fs.Parse(args); err != nil {
@@ -66,6 +76,9 @@ func parseFlags(args []string) (*config, error) {
 	if c.killAt, c.restoreAt, err = parsePair(*failure); err != nil {
 		return nil, fmt.Errorf("--failure: %v", err)
 	}
+	if c.distanceRTTs, err = parseDurations(*rtts); err != nil {
+		return nil, fmt.Errorf("--distance-rtts: %v", err)
+	}
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {
 		c.scenarios[strings.TrimSpace(s)] = true
@@ -73,6 +86,7 @@ func parseFlags(args []string) (*config, error) {
 	if *short {
 		c.duration, c.saturate, c.keys, c.leaseSizes = 1500*time.Millisecond, 300*time.Millisecond, 1000, []int64{10, 1000}
 		c.limit, c.workers = 2000, 2
+		c.distanceRTTs, c.distanceRun = []time.Duration{0, 200 * time.Millisecond}, 1500*time.Millisecond
 	}
 	if c.burst == 0 {
 		c.burst = c.limit
@@ -84,8 +98,10 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("--limit and --key-limit must be positive")
 	case c.demand <= 0 || c.skew <= 0 || c.skew >= 1:
 		return nil, errors.New("--demand must be positive and --skew between 0 and 1")
-	case c.duration < time.Second:
-		return nil, errors.New("--duration must be at least 1s")
+	case c.duration < time.Second || c.distanceRun < time.Second:
+		return nil, errors.New("--duration and --distance-run must be at least 1s")
+	case c.distanceLimit < 1 || c.distanceBurst < 1:
+		return nil, errors.New("--distance-limit and --distance-burst must be positive")
 	}
 	return c, nil
 }
@@ -98,6 +114,23 @@ func parseInts(s string) ([]int64, error) {
 			return nil, fmt.Errorf("%q is not a positive whole number", f)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseDurations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "0" {
+			out = append(out, 0)
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%q is not a duration of zero or more", f)
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }

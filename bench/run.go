@@ -32,12 +32,13 @@ type row struct {
 	lease              int64 // fixed lease size; 0 adaptive; -1 not leased
 	res                *result
 	ideal              float64
-	worst              float64 // most admitted in any 1 s window, over what a token bucket allows in 1 s
-	perSec             float64 // decisions per second, saturated
-	cmdsClient         float64 // Redis commands sent by clients per 1,000 admitted (steady state)
-	cmdsAll            float64 // all Redis commands, scripts' own included, per 1,000 admitted
-	allocCPU           float64 // seconds
-	redisCPU           float64 // seconds, when the bench started Redis
+	worst              float64       // most admitted in any 1 s window, over what a token bucket allows in 1 s
+	perSec             float64       // decisions per second, saturated
+	cmdsClient         float64       // Redis commands sent by clients per 1,000 admitted (steady state)
+	cmdsAll            float64       // all Redis commands, scripts' own included, per 1,000 admitted
+	allocCPU           float64       // seconds
+	redisCPU           float64       // seconds, when the bench started Redis
+	rtt                time.Duration // distance scenario: round trip to the allocator
 }
 
 func run(cfg *config) (*report, error) {
@@ -54,6 +55,7 @@ func run(cfg *config) (*report, error) {
 		{"uniform", (*session).uniform},
 		{"skew", (*session).skewed},
 		{"manykeys", (*session).manyKeys},
+		{"distance", (*session).distance},
 		{"failover", (*session).failover},
 	}
 	for _, st := range steps {
@@ -142,6 +144,11 @@ func (s *session) writeRules() error {
 	rule("skew", c.limit, c.burst, 1, c.burst)
 	rule("failover", c.limit, c.burst, 1, c.burst)
 	rule("zipf", c.keyLimit, c.keyLimit, 1, c.keyLimit)
+	for _, rtt := range c.distanceRTTs {
+		for _, kind := range distanceKinds {
+			rule(distanceRule(kind.name, rtt), c.distanceLimit, c.distanceBurst, 1, c.distanceBurst)
+		}
+	}
 	s.rulesFile = filepath.Join(s.dir, "rules.yaml")
 	if err := os.WriteFile(s.rulesFile, []byte(b.String()), 0o600); err != nil {
 		return err
@@ -217,7 +224,7 @@ func (s *session) measure(scenario, name string, lease int64, st strategy, l loa
 		row.cmdsClient = 1000 * float64(client) / float64(steady)
 		row.cmdsAll = 1000 * float64(all) / float64(steady)
 	}
-	if s.cfg.saturate > 0 {
+	if s.cfg.saturate > 0 && l.saturate {
 		row.perSec = saturate(st, s.cfg.nodes, s.cfg.workers, s.cfg.saturate)
 	}
 	progress("  %-22s admitted/ideal %.3f, worst 1s %.2fx, %.0f decisions/s saturated, p99 %v, Redis %.1f (%.1f) per 1k admitted",
@@ -291,6 +298,7 @@ func (s *session) baseLoad(rates []float64, keys int) load {
 func (s *session) uniform(rep *report) error {
 	c := s.cfg
 	l := s.baseLoad(uniformRates(c.nodes, c.demand*float64(c.limit)), 1)
+	l.saturate = true
 	type candidate struct {
 		name  string
 		lease int64
@@ -346,9 +354,7 @@ func (s *session) skewed(rep *report) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", cand.name, err)
 		}
-		row := s.measure("skew", cand.name, -1, st, l, r)
-		row.perSec = 0 // saturation is measured in the uniform scenario
-		rep.rows = append(rep.rows, row)
+		rep.rows = append(rep.rows, s.measure("skew", cand.name, -1, st, l, r)) // saturation: in the uniform scenario
 		st.close()
 	}
 	return nil
@@ -371,9 +377,7 @@ func (s *session) manyKeys(rep *report) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", cand.name, err)
 		}
-		row := s.measure(fmt.Sprintf("%d keys", c.keys), cand.name, -1, st, l, r)
-		row.perSec = 0
-		rep.rows = append(rep.rows, row)
+		rep.rows = append(rep.rows, s.measure(fmt.Sprintf("%d keys", c.keys), cand.name, -1, st, l, r))
 		st.close()
 	}
 	return nil

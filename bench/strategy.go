@@ -34,11 +34,23 @@ type hybrid struct {
 }
 
 func newHybrid(rule string, nodes int, allocators []string) (*hybrid, error) {
+	return newHybridVia(rule, nodes, func(int) []string { return allocators }, hybridOptions{})
+}
+
+// hybridOptions are what the distance scenario changes in each node.
+type hybridOptions struct {
+	tokensOnly bool          // lease tokens only, as before rate shares
+	roundTrip  time.Duration // how far the allocator is, for the timeouts
+}
+
+// newHybridVia starts nodes that dial the allocators via(node) gives.
+func newHybridVia(rule string, nodes int, via func(node int) []string, o hybridOptions) (*hybrid, error) {
 	h := &hybrid{rule: rule}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for i := range nodes {
-		c, err := client.New(client.Config{Allocators: allocators, NodeID: fmt.Sprintf("node-%d", i),
-			Nodes: nodes, Logger: quiet, StartTimeout: 5 * time.Second})
+		c, err := client.New(client.Config{Allocators: via(i), NodeID: fmt.Sprintf("node-%d", i),
+			Nodes: nodes, Logger: quiet, StartTimeout: 5*time.Second + 3*o.roundTrip,
+			RPCTimeout: 250*time.Millisecond + 2*o.roundTrip, Lease: client.LeaseConfig{TokensOnly: o.tokensOnly}})
 		if err != nil {
 			h.close()
 			return nil, err
@@ -111,13 +123,23 @@ type perRequestRedis struct {
 }
 
 func newPerRequestRedis(r *rules.Rule, nodes int, url, prefix string) (*perRequestRedis, error) {
+	return newPerRequestRedisVia(r, nodes, func(int) string { return "" }, url, prefix)
+}
+
+// newPerRequestRedisVia connects node i to Redis through the address
+// via(i) gives, or directly when it gives "".
+func newPerRequestRedisVia(r *rules.Rule, nodes int, via func(node int) string, url, prefix string) (*perRequestRedis, error) {
 	s := &perRequestRedis{script: redis.NewScript(classicScript), prefix: prefix,
 		args: []any{r.Rate() / 1e6, r.Burst, 1}}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, err
-	}
-	for range nodes {
+	for i := range nodes {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		if addr := via(i); addr != "" {
+			opts.Addr = addr
+			opts.ReadTimeout, opts.WriteTimeout = 10*time.Second, 10*time.Second
+		}
 		s.rdbs = append(s.rdbs, redis.NewClient(opts))
 	}
 	return s, nil

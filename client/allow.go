@@ -191,6 +191,11 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 	if bd.Allowed {
 		p.Consumed(n, now)
 	} else {
+		if central && !down {
+			if d, sp, ok := c.awaitFirstLease(ctx, rs, p, n); ok {
+				return d, sp, nil
+			}
+		}
 		p.Refused(n)
 	}
 	rs.counts.decide(bd.Allowed, ModeFallback)
@@ -200,6 +205,37 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 		return d, spend{}, nil
 	}
 	return d, spend{pool: p, share: share, n: n}, nil
+}
+
+// awaitFirstLease waits, at most Lease.FirstLeaseWait and within ctx, for
+// the first answer on a key whose fallback share cannot admit the request
+// (a burst smaller than the fleet rounds to nothing per node), and takes
+// from the lease if one came: a refusal is certain, a lease one round trip
+// away is not. It reports false when no lease tokens came.
+func (c *Client) awaitFirstLease(ctx context.Context, rs *ruleState, p *lease.Pool, n int64) (Decision, spend, bool) {
+	wait := c.cfg.Lease.FirstLeaseWait
+	if wait <= 0 {
+		return Decision{}, spend{}, false
+	}
+	timer := c.cfg.clock.NewTimer(wait)
+	defer timer.Stop()
+	for !p.Served() && !c.mgr.Down() {
+		select {
+		case <-c.mgr.Answered():
+		case <-timer.C():
+			return Decision{}, spend{}, false
+		case <-ctx.Done():
+			return Decision{}, spend{}, false
+		}
+	}
+	gen := p.Generation()
+	left, ok := p.Take(n)
+	if !ok {
+		return Decision{}, spend{}, false
+	}
+	// Counted with the lease's other admissions, by the sweep.
+	return Decision{Allowed: true, Limit: rs.rule.Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name},
+		spend{pool: p, gen: gen, n: n}, true
 }
 
 // leaseRetry estimates when a starved key may pass: not before its next

@@ -102,6 +102,11 @@ type LeaseConfig struct {
 	// BatchWindow is how long a refill waits to share one Acquire with
 	// others. default: 1ms
 	BatchWindow time.Duration
+	// FirstLeaseWait is how long a request may wait for its key's first
+	// lease when the node's fallback share cannot admit it (a burst smaller
+	// than the fleet leaves each node less than a token): waiting a round
+	// trip beats a certain refusal. Negative: never wait. default: 250ms
+	FirstLeaseWait time.Duration
 	// TokensOnly never asks for a share of a rule's rate: the node lives
 	// on the tokens the allocator's bucket holds when it asks, as nodes
 	// did before rate shares. Far from the allocator, or on a saturated
@@ -186,6 +191,9 @@ func (c *Config) fill() error {
 		}
 	}
 	def(&c.RPCTimeout, 250*time.Millisecond)
+	if c.Lease.FirstLeaseWait == 0 {
+		c.Lease.FirstLeaseWait = 250 * time.Millisecond
+	}
 	def(&c.CheckTimeout, 100*time.Millisecond)
 	def(&c.StartTimeout, time.Second)
 	if c.MaxWaiters <= 0 {

@@ -129,7 +129,7 @@ func (c *Client) leaseHooks() lease.Hooks {
 				m.released.Add(float64(tokens))
 			}
 		},
-		Reachable: func(up bool) {
+		Reachable: func(up bool, cause error) {
 			if up {
 				m.reachable.Set(1)
 				c.logMode("allot: allocator reachable: deciding from leases again")
@@ -137,7 +137,7 @@ func (c *Client) leaseHooks() lease.Hooks {
 			}
 			m.reachable.Set(0)
 			c.logMode("allot: allocator unreachable: keys without lease tokens use their fallback share (limit/N)",
-				"nodes", c.fleetSize())
+				"nodes", c.fleetSize(), "err", cause)
 		},
 		RulesVersion: func(v string) {
 			if v != c.rules.Load().version {

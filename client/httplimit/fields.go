@@ -42,13 +42,7 @@ func (m *Middleware) setFields(h http.Header, d client.Decision) {
 		if b.Len() > 0 {
 			b.WriteString(", ")
 		}
-		writeString(&b, p.Rule)
-		b.WriteString(";q=")
-		b.WriteString(fmtInt(r.Limit))
-		if r.Period > 0 {
-			b.WriteString(";w=")
-			b.WriteString(fmtInt(ceilSeconds(r.Period)))
-		}
+		writePolicy(&b, p.Rule, r.Limit, r.Period)
 	}
 	if b.Len() > 0 {
 		h.Set(fieldPolicy, b.String())
@@ -70,10 +64,10 @@ func (m *Middleware) setFields(h http.Header, d client.Decision) {
 	b.Reset()
 	writeString(&b, d.Rule)
 	b.WriteString(";r=")
-	b.WriteString(fmtInt(left))
+	writeInteger(&b, left)
 	if t >= 0 {
 		b.WriteString(";t=")
-		b.WriteString(fmtInt(t))
+		writeInteger(&b, t)
 	}
 	h.Set(fieldRateLimit, b.String())
 	if m.opts.LegacyHeaders {
@@ -83,6 +77,29 @@ func (m *Middleware) setFields(h http.Header, d client.Decision) {
 			h.Set(legacyReset, fmtInt(t))
 		}
 	}
+}
+
+// writePolicy writes one member of RateLimit-Policy: the policy's name,
+// its quota q and its window w in seconds, left out when unknown.
+func writePolicy(b *strings.Builder, name string, limit int64, period time.Duration) {
+	writeString(b, name)
+	b.WriteString(";q=")
+	writeInteger(b, limit)
+	if period > 0 {
+		b.WriteString(";w=")
+		writeInteger(b, ceilSeconds(period))
+	}
+}
+
+// maxInteger is the largest structured-field Integer: 15 digits (RFC 9651
+// §3.3.1). A recipient refuses the whole field for a longer one.
+const maxInteger = 999_999_999_999_999
+
+// writeInteger writes n, a count or a number of seconds, as a
+// structured-field Integer: never negative, and at most maxInteger, which
+// is more tokens than a rule holds and more seconds than 31 million years.
+func writeInteger(b *strings.Builder, n int64) {
+	b.WriteString(fmtInt(min(max(n, 0), maxInteger)))
 }
 
 // writeString writes s as a structured-field String (RFC 9651 §3.3.3):
@@ -109,7 +126,11 @@ func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second) // not (d + 1s - 1ns) / 1s: that overflows near the largest Duration
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
 // retrySeconds is the Retry-After of a refusal: rounded up, and at least

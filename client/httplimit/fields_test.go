@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -80,6 +81,42 @@ func TestFieldsOfUnknownRules(t *testing.T) {
 			if got := h.Get(name); got != want[0] {
 				t.Errorf("%v: %s = %q, want %q", tc.policies, name, got, want[0])
 			}
+		}
+	}
+}
+
+// Durations near the largest time.Duration (a saturated sum, or a
+// google.protobuf.Duration beyond 292 years) round up without
+// overflowing, and figures past what a structured-field Integer holds (15
+// digits) are written as its largest value: a RateLimit field a client
+// cannot parse is no field at all. (Rounding up overflowed: Retry-After
+// said 1 second for 292 years, and t was left out.)
+func TestHugeFigures(t *testing.T) {
+	if got := retrySeconds(math.MaxInt64); got != 9223372037 {
+		t.Errorf("retrySeconds(MaxInt64) = %d, want 9223372037", got)
+	}
+	c, err := client.New(client.Config{Logger: slog.New(slog.DiscardHandler),
+		Rules: []client.Rule{{Name: "r", Algorithm: "token_bucket", Limit: 1, Period: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := &Middleware{c: c, policies: []Policy{{Rule: "r"}}}
+	for _, tc := range []struct {
+		d    client.Decision
+		want string
+	}{
+		{client.Decision{Allowed: true, Rule: "r", Remaining: math.MaxInt64, ResetAfter: math.MaxInt64}, `"r";r=999999999999999;t=9223372037`},
+		{client.Decision{Rule: "r", RetryAfter: math.MaxInt64}, `"r";r=0;t=9223372037`},
+		{client.Decision{Allowed: true, Rule: "r", Remaining: 999999999999999, ResetAfter: time.Second}, `"r";r=999999999999999;t=1`},
+	} {
+		h := http.Header{}
+		m.setFields(h, tc.d)
+		if got := h.Get(fieldRateLimit); got != tc.want {
+			t.Errorf("%+v: RateLimit %q, want %q", tc.d, got, tc.want)
+		}
+		if _, err := parseSFList(h.Get(fieldRateLimit)); err != nil {
+			t.Errorf("%+v: RateLimit %q: %v", tc.d, h.Get(fieldRateLimit), err)
 		}
 	}
 }

@@ -37,6 +37,10 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 		m.deposit(p, payInFlight(p, g.Granted), expiry)
 		p.own.epoch = g.Epoch
 	}
+	if g.Rate > 0 {
+		m.oweInFlight(p)
+	}
+	m.settleOwed(p)
 	m.scheduleNext(p, r, f, g, now)
 }
 

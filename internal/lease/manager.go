@@ -58,7 +58,7 @@ var ErrRejected = errors.New("lease: request rejected by the allocator")
 type Hooks struct {
 	Acquired     func(keys int, wanted, granted int64, took time.Duration, err error)
 	Released     func(keys int, tokens int64, err error)
-	Reachable    func(up bool)
+	Reachable    func(up bool, cause error) // cause: the failure that made it unreachable
 	RulesVersion func(version string)
 	Taken        func(rule string, tokens int64) // lease admissions, summed per sweep
 }
@@ -81,7 +81,9 @@ type Config struct {
 	BatchWindow time.Duration
 	// MaxBatch is the most keys in one Acquire or Release. default: 1000
 	MaxBatch int
-	// RPCTimeout bounds each call to the allocator. default: 250ms
+	// RPCTimeout bounds each call to the allocator; once a round trip is
+	// measured, Acquire waits at least three of them, so that an allocator
+	// far away is not taken for a dead one. default: 250ms
 	RPCTimeout time.Duration
 	// RateWindow is the time constant of each key's rate estimate.
 	// default: 500ms
@@ -147,6 +149,10 @@ type Manager struct {
 	tablesMu sync.Mutex
 	tables   map[string]*Table
 
+	// answered is closed, and replaced, each time the loop has applied an
+	// Acquire's answer or failure: callers waiting for a first lease.
+	answered atomic.Pointer[chan struct{}]
+
 	// owned by the loop
 	pending     []*Pool
 	flushAt     time.Time
@@ -179,6 +185,8 @@ func NewManager(cfg Config) *Manager {
 		tables:  make(map[string]*Table),
 	}
 	m.nextSweep = m.clk.Now().Add(cfg.Sweep)
+	first := make(chan struct{})
+	m.answered.Store(&first)
 	go m.loop()
 	return m
 }
@@ -208,6 +216,15 @@ func (m *Manager) Forget(name string) {
 
 // Down reports whether the allocator is unreachable.
 func (m *Manager) Down() bool { return m.down.Load() }
+
+// Answered returns a channel that is closed once the next Acquire answer,
+// or failure, has been applied to its pools.
+func (m *Manager) Answered() <-chan struct{} { return *m.answered.Load() }
+
+func (m *Manager) announce() {
+	next := make(chan struct{})
+	close(*m.answered.Swap(&next))
+}
 
 func (m *Manager) tableList() []*Table {
 	m.tablesMu.Lock()

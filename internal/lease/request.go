@@ -87,12 +87,13 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 			WantRate: f.wantRate, Returned: o.overflow, ReturnedEpoch: o.epoch}
 		o.overflow = 0
 	}
+	timeout := max(m.cfg.RPCTimeout, 3*m.roundTrip())
 	m.rpcs.Add(1)
 	m.calls.Add(1)
 	go func() {
 		defer m.rpcs.Done()
 		defer m.calls.Add(-1)
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.RPCTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := m.clk.Now()
 		grants, version, err := m.cfg.Transport.Acquire(ctx, reqs)
@@ -117,12 +118,13 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 }
 
 func (m *Manager) apply(r result) {
+	defer m.announce()
 	now := m.clk.Now()
 	if r.err != nil {
 		m.failed(r, now)
 		return
 	}
-	m.reachable(true)
+	m.reachable(true, nil)
 	m.backoff = 0
 	m.observeRoundTrip(r.took)
 	for i, p := range r.pools {
@@ -149,7 +151,7 @@ func (m *Manager) failed(r result, now time.Time) {
 		m.rejected(r, now)
 		return
 	}
-	m.reachable(false)
+	m.reachable(false, r.err)
 	m.backoff = min(max(time.Duration(float64(m.backoff)*1.6), m.cfg.BackoffBase), m.cfg.BackoffMax)
 	jitter := 1 + 0.2*(2*rand.Float64()-1)
 	m.nextAttempt = now.Add(time.Duration(float64(m.backoff) * jitter))
@@ -176,10 +178,10 @@ func (m *Manager) rejected(r result, now time.Time) {
 	m.cfg.Logger.Warn("allocator rejected a lease request", "rule", p.table.name, "err", r.err)
 }
 
-func (m *Manager) reachable(up bool) {
+func (m *Manager) reachable(up bool, cause error) {
 	if m.down.Swap(!up) == up { // the state changed
 		if h := m.cfg.Hooks.Reachable; h != nil {
-			h(up)
+			h(up, cause)
 		}
 	}
 }

@@ -77,14 +77,31 @@ func (m *Manager) setShare(p *Pool, f *flight, g Grant, now time.Time) {
 			o.accrued -= (o.share - g.Rate) * overlap.Seconds()
 		}
 	}
-	if o.accrued < 0 {
-		o.accrued += float64(p.remove(int64(math.Ceil(-o.accrued))))
-	}
 	o.share, o.shareFrom, o.shareEnd = g.Rate, now, f.sent.Add(g.TTL)
 	if g.Rate > 0 {
 		o.shareCap = max(int64(math.Ceil(g.Rate*shareHold.Seconds())), 1)
 	}
 	p.sharing.Store(g.Rate > 0 && o.shareEnd.After(now))
+}
+
+// oweInFlight turns what the key admitted from its fallback share while the
+// request was in flight, beyond what the grant's tokens paid, into a debt
+// the share pays off before the pool gets anything more. Reported to the
+// allocator instead, it would arrive a round trip later, when the central
+// bucket had lent its burst again: a new key would admit two bursts in its
+// first second.
+func (m *Manager) oweInFlight(p *Pool) {
+	if n := p.consumed.Swap(0); n > 0 {
+		p.consumedSince.Store(0)
+		p.own.accrued -= float64(n)
+	}
+}
+
+// settleOwed pays what the pool owes out of the tokens it holds.
+func (m *Manager) settleOwed(p *Pool) {
+	if o := &p.own; o.accrued < 0 {
+		o.accrued += float64(p.remove(int64(math.Ceil(-o.accrued))))
+	}
 }
 
 // wantRate is the share of the rule's rate a request asks for: the node's
@@ -102,7 +119,14 @@ func (m *Manager) wantRate(p *Pool, r *rules.Rule, now time.Time) float64 {
 	case m.quiet(p, r, now):
 		return 0
 	}
-	return min(shareHeadroom*max(o.rate, o.fastRate), r.Rate())
+	// The fast estimate leads when demand surges (load moving onto this
+	// node), but only once it rests on a few requests: a slow key's fast
+	// estimate swings between nothing and several times its rate.
+	rate := o.rate
+	if o.fastRate > 2*rate && o.fastRate*(2*m.cfg.Sweep).Seconds() >= 4 {
+		rate = o.fastRate
+	}
+	return min(shareHeadroom*rate, r.Rate())
 }
 
 // wantTokens is the tokens a request asks for: the lease size, but nothing

@@ -302,3 +302,27 @@ func TestEnvoyNameTakenByARule(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// An alias in the envoy section stands for its anchored node, as it does
+// in the rules list.
+func TestEnvoyAliases(t *testing.T) {
+	s, err := Parse("t.yaml", []byte(`
+envoy:
+  domains:
+    - domain: d
+      descriptors:
+        - key: a
+          rate_limit: &daily { unit: day, requests_per_unit: 7 }
+        - &b
+          key: b
+          rate_limit: *daily
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a=1", "b=1"} {
+		if l := lookup(t, s.Envoy(), "d", k); l == nil || l.RequestsPerUnit != 7 || l.Unit != EnvoyDay {
+			t.Fatalf("%s: limit %+v, want 7 a day", k, l)
+		}
+	}
+}

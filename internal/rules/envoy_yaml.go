@@ -49,14 +49,15 @@ type envoyField struct {
 // fields reads a mapping's fields, refusing duplicates and any field not
 // in allowed.
 func (ep *envoyParse) fields(n *yaml.Node, rule, path, allowed string) (map[string]envoyField, error) {
+	n = deref(n)
 	if n.Kind != yaml.MappingNode {
 		return nil, ep.p.fail(n, rule, path, "must be a mapping (%s)", allowed)
 	}
 	ok := strings.Split(allowed, ", ")
 	out := make(map[string]envoyField, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		field := join(path, k.Value)
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
+		field := join(path, fieldName(k.Value))
 		if !contains(ok, k.Value) {
 			return nil, ep.p.fail(k, rule, field, "unknown field (%s)", allowed)
 		}
@@ -111,6 +112,7 @@ func (p *parser) envoy(n *yaml.Node, set *Set) (*Envoy, error) {
 	}
 	lines := make(map[string]int)
 	for i, dn := range d.value.Content {
+		dn = deref(dn)
 		path := fmt.Sprintf("envoy.domains[%d]", i)
 		dom, err := ep.domain(path, dn)
 		if err != nil {
@@ -180,6 +182,7 @@ func (dp *domainParse) level(field string, n *yaml.Node, l *envoyNode, path []En
 	}
 	lines := make(map[envoyPair]int) // "key\x00value" -> line, for duplicates
 	for i, dn := range n.Content {
+		dn = deref(dn)
 		f := fmt.Sprintf("%s[%d]", field, i)
 		d, entry, err := dp.descriptor(f, dn, path)
 		if err != nil {
@@ -362,6 +365,7 @@ func (dp *domainParse) naming(field string, f map[string]envoyField, l *EnvoyLim
 		return dp.p.fail(r.value, rule, field+".replaces", "must be a list of {name: ...}")
 	}
 	for i, item := range r.value.Content {
+		item = deref(item)
 		fi := fmt.Sprintf("%s.replaces[%d]", field, i)
 		rf, err := dp.fields(item, rule, fi, "name")
 		if err != nil {

@@ -120,7 +120,7 @@ type FieldError struct {
 	File  string
 	Line  int
 	Rule  string // the rule's name, or "#3" when it has none yet
-	Field string // e.g. "lease.max"
+	Field string // e.g. "lease.max"; quoted when the file spells it oddly; "" for the whole rule
 	Msg   string
 }
 
@@ -132,8 +132,11 @@ func (e *FieldError) Error() string {
 	if e.Line > 0 {
 		loc = fmt.Sprintf("%s:%d", loc, e.Line)
 	}
-	if e.Rule == "" {
+	switch {
+	case e.Rule == "":
 		return fmt.Sprintf("%s: %s: %s", loc, e.Field, e.Msg)
+	case e.Field == "": // about the whole rule
+		return fmt.Sprintf("%s: rule %s: %s", loc, e.Rule, e.Msg)
 	}
 	return fmt.Sprintf("%s: rule %s: field %s: %s", loc, e.Rule, e.Field, e.Msg)
 }

@@ -26,8 +26,8 @@ func TestExampleIsValid(t *testing.T) {
 	}
 }
 
-func TestDefaults(t *testing.T) {
-	s, err := Parse("t.yaml", []byte(`
+// defaultsDoc leaves every optional field out.
+const defaultsDoc = `
 rules:
   - name: a
     algorithm: token_bucket
@@ -37,7 +37,10 @@ rules:
     algorithm: fixed_window
     limit: 10
     period: 500ms
-`))
+`
+
+func TestDefaults(t *testing.T) {
+	s, err := Parse("t.yaml", []byte(defaultsDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,49 +58,61 @@ rules:
 	}
 }
 
+// head is a valid document of one rule, which cases extend.
+const head = "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 10\n    period: 1s\n"
+
+// errorCases are documents Parse refuses and what the error must say.
+// FuzzParse starts from them too.
+var errorCases = []struct {
+	name, doc, want string
+}{
+	{"unknown field", head + "    brust: 5\n", `t.yaml:6: rule "r1": field brust: unknown field`},
+	{"negative limit", "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: -1\n    period: 1s\n", `t.yaml:4: rule "r1": field limit: must not be negative`},
+	{"zero limit", "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 0\n    period: 1s\n", `t.yaml:4: rule "r1": field limit: must be between 1`},
+	{"zero period", "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 1\n    period: 0s\n", `t.yaml:5: rule "r1": field period: must be positive`},
+	{"missing period", "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 1\n", `t.yaml:2: rule "r1": field period: must be between`},
+	{"bad duration", head + "    lease: { ttl: soon }\n", `t.yaml:6: rule "r1": field lease.ttl: must be a duration`},
+	{"lease max above capacity", head + "    lease: { max: 11 }\n", `t.yaml:6: rule "r1": field lease.max: must be between lease.min (1) and the capacity 10`},
+	{"refresh above ttl", head + "    lease: { ttl: 1s, refresh: 2s }\n", `rule "r1": field lease.refresh`},
+	{"duplicate name", head + "  - name: r1\n    algorithm: fixed_window\n    limit: 1\n    period: 1s\n", `t.yaml:6: rule "r1": field name: duplicate rule name`},
+	{"field twice", head + "    limit: 3\n", `t.yaml:6: rule "r1": field limit: given twice`},
+	{"no name", "rules:\n  - algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `t.yaml:2: rule #1: field name: is required`},
+	{"bad name", "rules:\n  - name: \"a b\"\n    algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `rule "a b": field name:`},
+	{"unknown algorithm", "rules:\n  - name: x\n    algorithm: gcra\n    limit: 1\n    period: 1s\n", `t.yaml:3: rule "x": field algorithm: unknown algorithm "gcra"`},
+	{"burst on a window", "rules:\n  - name: x\n    algorithm: fixed_window\n    limit: 5\n    period: 1s\n    burst: 9\n", `rule "x": field burst: only token_bucket`},
+	{"big sliding log", "rules:\n  - name: x\n    algorithm: sliding_log\n    limit: 20000\n    period: 1s\n", `rule "x": field limit: a sliding_log keeps one entry per token`},
+	{"bad failure", head + "    failure: maybe\n", `t.yaml:6: rule "r1": field failure: must be open or closed`},
+	{"unknown top level", "rulez: []\n", `t.yaml:1: rulez: unknown top-level field`},
+	{"empty", "", `t.yaml: rules: the file is empty`},
+	{"not a list", "rules: 3\n", `t.yaml:1: rules: must be a list`},
+	{"second rule unnamed", head + "  - algorithm: token_bucket\n", `t.yaml:6: rule #2: field name: is required`},
+	// One document, one rules list, at least one rule: nothing in the
+	// file is silently ignored, and a reload cannot make every rule
+	// unknown by accident.
+	{"rules twice", head + "rules:\n  - name: r2\n    algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `t.yaml:6: rules: given twice`},
+	{"second document", head + "---\nrules:\n  - name: r2\n    algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `t.yaml:6: rules: a second YAML document`},
+	{"only comments", "# no rules yet\n---\n", `t.yaml: rules: the file is empty`},
+	{"empty rules", "rules: []\n", `t.yaml:1: rules: must hold at least one rule`},
+	{"null rules", "rules:\n", `t.yaml:1: rules: must be a list`},
+	// Syntax errors name the line of the problem, not of the block
+	// around it.
+	{"bad indentation", head + "   burst: 5\n", `t.yaml:6: `},
+	{"list item in a rule", head + "    - burst: 5\n", `t.yaml:6: `},
+	{"tab", head + "\tburst: 5\n", `t.yaml:6: `},
+	{"open flow", head + "    lease: { ttl: 1s\n", `t.yaml:6: `},
+	{"syntax in second document", head + "---\nrules: [\n  x: y\n", `t.yaml:8: `},
+	// A field's name is quoted when it is not a plain word, and an error
+	// about a whole rule names no field.
+	{"rule not a mapping", "rules:\n  - 3\n", `t.yaml:2: rule #1: must be a mapping of fields`},
+	{"empty field name", head + "    \"\": 5\n", `t.yaml:6: rule "r1": field "": unknown field`},
+	{"field name with a newline", head + "    \"a\\nb\": 5\n", `t.yaml:6: rule "r1": field "a\nb": unknown field`},
+	{"empty lease field name", head + "    lease: { \"\": 5 }\n", `t.yaml:6: rule "r1": field "lease.": unknown field`},
+	{"empty top-level field", "\"\": 1\n", `t.yaml:1: "": unknown top-level field`},
+}
+
 // Every validation error names the file, the line, the rule and the field.
 func TestErrorsNameFileRuleAndField(t *testing.T) {
-	const head = "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 10\n    period: 1s\n"
-	cases := []struct {
-		name, doc, want string
-	}{
-		{"unknown field", head + "    brust: 5\n", `t.yaml:6: rule "r1": field brust: unknown field`},
-		{"negative limit", "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: -1\n    period: 1s\n", `t.yaml:4: rule "r1": field limit: must not be negative`},
-		{"zero limit", "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 0\n    period: 1s\n", `t.yaml:4: rule "r1": field limit: must be between 1`},
-		{"zero period", "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 1\n    period: 0s\n", `t.yaml:5: rule "r1": field period: must be positive`},
-		{"missing period", "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 1\n", `t.yaml:2: rule "r1": field period: must be between`},
-		{"bad duration", head + "    lease: { ttl: soon }\n", `t.yaml:6: rule "r1": field lease.ttl: must be a duration`},
-		{"lease max above capacity", head + "    lease: { max: 11 }\n", `t.yaml:6: rule "r1": field lease.max: must be between lease.min (1) and the capacity 10`},
-		{"refresh above ttl", head + "    lease: { ttl: 1s, refresh: 2s }\n", `rule "r1": field lease.refresh`},
-		{"duplicate name", head + "  - name: r1\n    algorithm: fixed_window\n    limit: 1\n    period: 1s\n", `t.yaml:6: rule "r1": field name: duplicate rule name`},
-		{"field twice", head + "    limit: 3\n", `t.yaml:6: rule "r1": field limit: given twice`},
-		{"no name", "rules:\n  - algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `t.yaml:2: rule #1: field name: is required`},
-		{"bad name", "rules:\n  - name: \"a b\"\n    algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `rule "a b": field name:`},
-		{"unknown algorithm", "rules:\n  - name: x\n    algorithm: gcra\n    limit: 1\n    period: 1s\n", `t.yaml:3: rule "x": field algorithm: unknown algorithm "gcra"`},
-		{"burst on a window", "rules:\n  - name: x\n    algorithm: fixed_window\n    limit: 5\n    period: 1s\n    burst: 9\n", `rule "x": field burst: only token_bucket`},
-		{"big sliding log", "rules:\n  - name: x\n    algorithm: sliding_log\n    limit: 20000\n    period: 1s\n", `rule "x": field limit: a sliding_log keeps one entry per token`},
-		{"bad failure", head + "    failure: maybe\n", `t.yaml:6: rule "r1": field failure: must be open or closed`},
-		{"unknown top level", "rulez: []\n", `t.yaml:1: rulez: unknown top-level field`},
-		{"empty", "", `t.yaml: rules: the file is empty`},
-		{"not a list", "rules: 3\n", `t.yaml:1: rules: must be a list`},
-		{"second rule unnamed", head + "  - algorithm: token_bucket\n", `t.yaml:6: rule #2: field name: is required`},
-		// One document, one rules list, at least one rule: nothing in the
-		// file is silently ignored, and a reload cannot make every rule
-		// unknown by accident.
-		{"rules twice", head + "rules:\n  - name: r2\n    algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `t.yaml:6: rules: given twice`},
-		{"second document", head + "---\nrules:\n  - name: r2\n    algorithm: token_bucket\n    limit: 1\n    period: 1s\n", `t.yaml:6: rules: a second YAML document`},
-		{"only comments", "# no rules yet\n---\n", `t.yaml: rules: the file is empty`},
-		{"empty rules", "rules: []\n", `t.yaml:1: rules: must hold at least one rule`},
-		{"null rules", "rules:\n", `t.yaml:1: rules: must be a list`},
-		// Syntax errors name the line of the problem, not of the block
-		// around it.
-		{"bad indentation", head + "   burst: 5\n", `t.yaml:6: `},
-		{"list item in a rule", head + "    - burst: 5\n", `t.yaml:6: `},
-		{"tab", head + "\tburst: 5\n", `t.yaml:6: `},
-		{"open flow", head + "    lease: { ttl: 1s\n", `t.yaml:6: `},
-		{"syntax in second document", head + "---\nrules: [\n  x: y\n", `t.yaml:8: `},
-	}
-	for _, c := range cases {
+	for _, c := range errorCases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("t.yaml", []byte(c.doc))
 			if err == nil {
@@ -158,11 +173,46 @@ func TestProtoRoundTrip(t *testing.T) {
 // Markers around the one document, and a trailing empty one, hold nothing
 // to ignore.
 func TestDocumentMarkers(t *testing.T) {
-	const head = "rules:\n  - name: r1\n    algorithm: token_bucket\n    limit: 10\n    period: 1s\n"
 	for _, doc := range []string{"---\n" + head, head + "...\n", head + "---\n", head + "---\n# the end\n"} {
 		s, err := Parse("t.yaml", []byte(doc))
 		if err != nil || s.Len() != 1 {
 			t.Errorf("%q: %v, want one rule", doc, err)
 		}
+	}
+}
+
+// An alias stands for the node its anchor marks, as YAML says, wherever
+// it appears. (The parser once read an alias's own name as its value:
+// "failure: *closed" said closed whatever the anchor held.)
+func TestAliases(t *testing.T) {
+	s, err := Parse("t.yaml", []byte(`
+rules:
+  - name: a
+    algorithm: &alg token_bucket
+    limit: &n 5
+    period: 1s
+    failure: &closed open
+    lease: &lease { min: 2, ttl: 1s }
+  - name: b
+    algorithm: *alg
+    limit: 5
+    burst: *n
+    period: 1s
+    failure: *closed
+    lease: *lease
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := s.Get("b")
+	want := Rule{Name: "b", Algorithm: TokenBucket, Limit: 5, Period: time.Second, Burst: 5, Failure: FailOpen,
+		Lease: LeaseTuning{Min: 2, Max: 5, TTL: time.Second, Refresh: 100 * time.Millisecond}}
+	if *b != want {
+		t.Fatalf("b = %+v, want %+v", *b, want)
+	}
+	// A rule given twice through an alias is a duplicate name.
+	_, err = Parse("t.yaml", []byte(head+"  - &r { name: r2, algorithm: token_bucket, limit: 1, period: 1s }\n  - *r\n"))
+	if err == nil || !strings.Contains(err.Error(), `rule "r2": field name: duplicate rule name`) {
+		t.Fatalf("a rule repeated by an alias: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -100,14 +101,14 @@ func (p *parser) lineOf(fe *FieldError) int {
 func (p *parser) document(doc *yaml.Node) ([]Rule, *yaml.Node, error) {
 	root := doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
+		root = deref(root.Content[0])
 	}
 	if root.Kind != yaml.MappingNode {
 		return nil, nil, p.fail(root, "", "rules", "the file must be a mapping with a 'rules' list")
 	}
 	var seq, envoy *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
+		k, v := deref(root.Content[i]), deref(root.Content[i+1])
 		var slot **yaml.Node
 		switch k.Value {
 		case "rules":
@@ -115,7 +116,7 @@ func (p *parser) document(doc *yaml.Node) ([]Rule, *yaml.Node, error) {
 		case "envoy":
 			slot = &envoy
 		default:
-			return nil, nil, p.fail(k, "", k.Value, "unknown top-level field (the file holds 'rules' and 'envoy')")
+			return nil, nil, p.fail(k, "", fieldName(k.Value), "unknown top-level field (the file holds 'rules' and 'envoy')")
 		}
 		if *slot != nil {
 			return nil, nil, p.fail(k, "", k.Value, "given twice")
@@ -137,7 +138,7 @@ func (p *parser) document(doc *yaml.Node) ([]Rule, *yaml.Node, error) {
 	}
 	out := make([]Rule, 0, len(seq.Content))
 	for i, item := range seq.Content {
-		r, err := p.rule(i, item)
+		r, err := p.rule(i, deref(item))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -150,12 +151,12 @@ func (p *parser) rule(index int, n *yaml.Node) (Rule, error) {
 	var r Rule
 	label := fmt.Sprintf("#%d", index+1)
 	if n.Kind != yaml.MappingNode {
-		return r, p.fail(n, label, "", "must be a mapping of fields")
+		return r, p.fail(n, label, "", "must be a mapping of fields") // no field: the whole rule
 	}
 	// The name first, so every later error can name the rule.
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == "name" {
-			r.Name = n.Content[i+1].Value
+		if deref(n.Content[i]).Value == "name" {
+			r.Name = deref(n.Content[i+1]).Value
 			if r.Name != "" {
 				label = quoteName(r.Name)
 			}
@@ -164,9 +165,9 @@ func (p *parser) rule(index int, n *yaml.Node) (Rule, error) {
 	p.lines[label+"\x00"] = n.Line
 	seen := make(map[string]bool)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		if seen[k.Value] {
-			return r, p.fail(k, label, k.Value, "given twice")
+			return r, p.fail(k, label, fieldName(k.Value), "given twice")
 		}
 		seen[k.Value] = true
 		p.lines[label+"\x00"+k.Value] = k.Line
@@ -202,7 +203,7 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 		err = errors.New("unknown field (name, algorithm, limit, period, burst, failure, strict, lease)")
 	}
 	if err != nil {
-		return p.fail(v, label, name, "%v", err)
+		return p.fail(v, label, fieldName(name), "%v", err)
 	}
 	return nil
 }
@@ -213,10 +214,10 @@ func (p *parser) lease(l *LeaseTuning, label string, n *yaml.Node) error {
 	}
 	seen := make(map[string]bool)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		field := "lease." + k.Value
 		if seen[field] {
-			return p.fail(k, label, field, "given twice")
+			return p.fail(k, label, fieldName(field), "given twice")
 		}
 		seen[field] = true
 		p.lines[label+"\x00"+field] = k.Line
@@ -234,10 +235,35 @@ func (p *parser) lease(l *LeaseTuning, label string, n *yaml.Node) error {
 			err = errors.New("unknown field (min, max, ttl, refresh)")
 		}
 		if err != nil {
-			return p.fail(v, label, field, "%v", err)
+			return p.fail(v, label, fieldName(field), "%v", err)
 		}
 	}
 	return nil
+}
+
+// deref is the node an alias stands for; any other node is itself. An
+// alias node's Value is its anchor's name, never to be read as the value.
+// yaml.v3 keeps an alias as a pointer to the anchored node, not a copy, so
+// following one costs nothing and a "billion laughs" document stays as
+// small as its text. An alias cannot be anchored, so one step is enough.
+func deref(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return n.Alias
+	}
+	return n
+}
+
+// plainField is a field's name as Allot spells them: "limit", "lease.ttl".
+var plainField = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+
+// fieldName is how an error names a field of the file: as it is, or quoted
+// when the file spells it oddly (empty, or with spaces or a line break) so
+// that the error stays one readable line.
+func fieldName(s string) string {
+	if plainField.MatchString(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 func scalarInt(v *yaml.Node) (int64, error) {

@@ -1,0 +1,107 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// The rules of the distance matrix: a burst of a tenth of a second (the
+// case tokens alone lose at a distance), a tiny rate, and a huge one.
+var distanceRules = []struct{ name, yaml string }{
+	{"1000-per-s-burst-100", tokenBucket(1000, 100)},
+	{"20-per-s-burst-5", tokenBucket(20, 5)},
+	{"20000-per-s-burst-20000", tokenBucket(20000, 20000)},
+}
+
+func tokenBucket(limit, burst int64) string {
+	return fmt.Sprintf("  - name: r\n    algorithm: token_bucket\n    limit: %d\n    period: 1s\n    burst: %d\n    lease: { ttl: 2s }\n", limit, burst)
+}
+
+// runLength is how long each fleet is driven: six seconds, or long enough
+// for the rule to make 300 tokens. A rate split over the fleet lags a
+// central bucket by up to a token per node (each node's share earns a
+// fraction of a token between two whole ones), a constant that a slow rule
+// must outgrow: 8 tokens are 6% of a 20/s rule's 125 in six seconds.
+func runLength(rate float64) time.Duration {
+	return max(6*time.Second, time.Duration(300/rate*float64(time.Second)))
+}
+
+const runLengthFast = 6 * time.Second
+
+// Every round trip up to 200ms keeps 97% of the ideal, and a second keeps
+// 90%, for every rule and load, within the bounds: a lease carries a share
+// of the rate, so distance does not cap what a node can be given.
+func TestDistance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about three minutes of fleet runs")
+	}
+	for _, rtt := range []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond, time.Second} {
+		for _, rule := range distanceRules {
+			for _, multiple := range []float64{2, 50} {
+				name := fmt.Sprintf("rtt=%v/%s/load=%gx", rtt, rule.name, multiple)
+				t.Run(name, func(t *testing.T) {
+					f := newFleet(t, spec{rule: rule.yaml, roundTrip: rtt})
+					r := f.load(runLength(f.rule.Rate()), uniform(f.rule, multiple))
+					got := r.report(t, name)
+					r.checkBounds(t)
+					want := 0.97
+					if rtt >= time.Second {
+						want = 0.90
+					}
+					if got < want {
+						t.Errorf("admitted/ideal %.3f, want at least %.2f", got, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// A loaded node: every lease call waits 50-300ms (at random) before it
+// leaves, as on a node whose CPUs are saturated by its own requests.
+func TestLoadedNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet run")
+	}
+	slow := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/Acquire") || strings.HasSuffix(method, "/Release") {
+			time.Sleep(50*time.Millisecond + rand.N(250*time.Millisecond))
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	f := newFleet(t, spec{rule: tokenBucket(1000, 100), dial: []grpc.DialOption{slow}})
+	r := f.load(runLengthFast, uniform(f.rule, 2))
+	got := r.report(t, "lease calls delayed 50-300ms")
+	r.checkBounds(t)
+	if got < 0.97 {
+		t.Errorf("admitted/ideal %.3f, want at least 0.97", got)
+	}
+}
+
+// The whole load moves from one half of the fleet to the other every
+// 500ms: shares follow it, the fleet keeps 95% of the ideal, within the
+// bounds.
+func TestShiftingLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("12s fleet run")
+	}
+	f := newFleet(t, spec{rule: tokenBucket(1000, 100)})
+	each := 2 * f.rule.Rate() / (nodes / 2)
+	r := f.load(12*time.Second, func(node int, elapsed time.Duration) float64 {
+		if int(elapsed/(500*time.Millisecond))%2 == node%2 {
+			return each
+		}
+		return 0
+	})
+	got := r.report(t, "load moving between halves every 500ms")
+	r.checkBounds(t)
+	if got < 0.95 {
+		t.Errorf("admitted/ideal %.3f, want at least 0.95", got)
+	}
+}
