@@ -1,5 +1,6 @@
 // Package grpclimit is a pair of gRPC server interceptors that apply Allot
-// rules to calls and refuse the way gRPC clients expect.
+// rules to calls and refuse the way gRPC clients expect, and a client
+// interceptor (RetryUnary, retry.go) that honours such refusals.
 //
 // Each call is charged against one rule, or against several at once, under
 // a key taken from a metadata entry (an API key), an authenticated

@@ -44,6 +44,7 @@ type options struct {
 	reflection, getRules         string
 	maxInFlight, maxPerNode      int
 	gossipKeyring                string
+	envoyListen                  string
 }
 
 func main() {
@@ -79,9 +80,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.tokenFile, "auth-token-file", "", "file of shared tokens, one a line; callers send \"authorization: Bearer <token>\"; needs --tls-cert; reloaded on SIGHUP (ALLOT_AUTH_TOKEN_FILE)")
 	fs.StringVar(&o.reflection, "reflection", "authenticated", "who may use server reflection: authenticated, on or off (ALLOT_REFLECTION)")
 	fs.StringVar(&o.getRules, "get-rules", "authenticated", "who may call GetRules: authenticated, on or off (ALLOT_GET_RULES)")
-	fs.IntVar(&o.maxInFlight, "max-inflight", 256, "Acquire, Release and Check calls served at once; more get ResourceExhausted at once; negative: no bound (ALLOT_MAX_INFLIGHT)")
+	fs.IntVar(&o.maxInFlight, "max-inflight", 256, "Acquire, Release, Check and ShouldRateLimit calls served at once; more get ResourceExhausted at once; negative: no bound (ALLOT_MAX_INFLIGHT)")
 	fs.IntVar(&o.maxPerNode, "max-inflight-per-node", 32, "calls in flight from one node_id; negative: no bound (ALLOT_MAX_INFLIGHT_PER_NODE)")
 	fs.StringVar(&o.gossipKeyring, "gossip-keyring", "", "file of gossip encryption keys, base64, one a line, the first encrypts; reloaded on SIGHUP (ALLOT_GOSSIP_KEYRING). Default: gossip in the clear")
+	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (ALLOT_LOG_FORMAT)")
 	fs.Usage = func() {
@@ -168,6 +170,7 @@ func run(args []string, stderr io.Writer) error {
 			NodeIdentity: o.tlsNodeID, Reload: o.tlsReload},
 		MetricsTLS: o.metricsTLS, TokenFile: o.tokenFile, Reflection: reflection, GetRules: getRules,
 		MaxInFlight: o.maxInFlight, MaxInFlightPerNode: o.maxPerNode, GossipKeyringFile: o.gossipKeyring,
+		EnvoyListen: o.envoyListen,
 	})
 	if err != nil {
 		return err

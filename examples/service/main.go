@@ -1,7 +1,8 @@
 // Command service is a small HTTP service limited by Allot: GET /hello
 // answers each API key (the X-API-Key header; the client's IP without one)
 // as often as the allocator's "api-per-key" rule allows, and GET /healthz
-// is never limited.
+// is never limited. With --metrics, the SDK's Prometheus metrics are on
+// that address at /metrics.
 //
 //	go run ./cmd/allocator                # in one terminal
 //	go run ./examples/service             # in another
@@ -37,6 +38,7 @@ type options struct {
 	keyHeader  string
 	trustProxy bool
 	nodeID     string
+	metrics    string // the /metrics address; "" for none
 	// Dialing the allocators over TLS (tls.go).
 	ca, cert, key, serverName, tokenFile string
 }
@@ -61,6 +63,7 @@ var env = map[string]string{
 	"key-header":  "SERVICE_KEY_HEADER",
 	"trust-proxy": "SERVICE_TRUST_PROXY",
 	"node-id":     "ALLOT_NODE_ID",
+	"metrics":     "SERVICE_METRICS",
 	"ca":          "ALLOT_CA",
 	"cert":        "ALLOT_CERT",
 	"key":         "ALLOT_KEY",
@@ -79,6 +82,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.keyHeader, "key-header", "X-API-Key", "request header holding the API key (SERVICE_KEY_HEADER)")
 	fs.BoolVar(&o.trustProxy, "trust-proxy", false, "take the client IP from X-Forwarded-For; only behind one reverse proxy of yours (SERVICE_TRUST_PROXY)")
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's id; with mTLS, the name its certificate carries (ALLOT_NODE_ID). Default: host-pid-random")
+	fs.StringVar(&o.metrics, "metrics", "", "HTTP address of the SDK's Prometheus /metrics (SERVICE_METRICS). Default: none")
 	fs.StringVar(&o.ca, "ca", "", "PEM CA bundle to verify the allocators by: dial them over TLS (ALLOT_CA). Default: plaintext")
 	fs.StringVar(&o.cert, "cert", "", "PEM client certificate for mTLS, reloaded when it changes (ALLOT_CERT)")
 	fs.StringVar(&o.key, "key", "", "PEM key of --cert (ALLOT_KEY)")
@@ -154,11 +158,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// allocator's and fails without them (client.ErrNoRules), so the
 	// service does not start unlimited. Once running, it decides on its
 	// fallback share while the allocators are down.
-	c, err := client.New(client.Config{Allocators: o.allocators, NodeID: o.nodeID, TLS: tlsConfig, Token: token, Logger: log})
+	reg := newRegistry()
+	c, err := client.New(client.Config{Allocators: o.allocators, NodeID: o.nodeID, TLS: tlsConfig, Token: token,
+		Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	stopMetrics, err := serveMetrics(o.metrics, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	h, err := newHandler(c, o, log)
 	if err != nil {
 		return err

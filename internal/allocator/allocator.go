@@ -24,6 +24,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/certs"
 	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/envoy"
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/rules"
 	"github.com/allot-dev/allot/internal/server"
@@ -64,6 +65,9 @@ type Config struct {
 	// Advertise is the gRPC address nodes should dial, told through gossip.
 	// default: the listen address, unless it is unspecified (0.0.0.0)
 	Advertise string
+	// EnvoyListen, when set, serves Envoy's rate limit service (and health
+	// checks) on a gRPC port of its own as well as on Listen. default: Listen only
+	EnvoyListen string
 	// Logger. default: slog.Default()
 	Logger *slog.Logger
 
@@ -82,8 +86,8 @@ type Config struct {
 	// GetRules: AccessAuthenticated, AccessOn or AccessOff. Nodes need
 	// GetRules unless they are given Config.Rules. default: AccessAuthenticated
 	Reflection, GetRules Access
-	// MaxInFlight bounds the Acquire, Release and Check calls served at
-	// once; a call over it is refused with ResourceExhausted at once.
+	// MaxInFlight bounds the Acquire, Release, Check and ShouldRateLimit
+	// calls served at once; a call over it is refused with ResourceExhausted at once.
 	// Negative: no bound. default: 256
 	MaxInFlight int
 	// MaxInFlightPerNode bounds one node_id's calls in flight, so that a
@@ -106,6 +110,7 @@ type Allocator struct {
 	store    store.Store
 	ownStore bool
 	server   *server.Server
+	envoy    *envoy.Service
 	metrics  *server.Metrics
 	registry *prometheus.Registry
 	grpc     *grpc.Server
@@ -115,6 +120,9 @@ type Allocator struct {
 	httpLis  net.Listener
 	gossip   *fallback.Gossip
 	clock    clock.Clock
+
+	envoyGRPC *grpc.Server // nil without Config.EnvoyListen
+	envoyLis  net.Listener
 
 	guard      *guard
 	certs      *certs.Watcher // nil without TLS
@@ -157,6 +165,10 @@ func New(cfg Config) (*Allocator, error) {
 		a.closeStore()
 		return nil, err
 	}
+	if err := a.setupEnvoy(); err != nil {
+		a.closeStore()
+		return nil, err
+	}
 	a.storeOK = newStoreHealth(a.store, a.storeTimeout(), a.clock, a.log)
 	a.storeOK.check() // the first state, logged if the store is down
 	if err := a.listen(); err != nil {
@@ -167,6 +179,9 @@ func New(cfg Config) (*Allocator, error) {
 		a.lis.Close()
 		if a.httpLis != nil {
 			a.httpLis.Close()
+		}
+		if a.envoyLis != nil {
+			a.envoyLis.Close()
 		}
 		a.closeStore()
 		return nil, err
@@ -297,10 +312,15 @@ func (a *Allocator) listen() error {
 	)
 	a.grpc = grpc.NewServer(opts...)
 	a.server.Register(a.grpc)
+	a.envoy.Register(a.grpc)
 	a.health = a.storeOK.grpc
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 	if a.guard.reflection != AccessOff {
 		reflection.Register(a.grpc)
+	}
+	if err := a.listenEnvoy(opts); err != nil {
+		lis.Close()
+		return err
 	}
 	if a.cfg.MetricsListen == "" {
 		return nil
@@ -308,6 +328,9 @@ func (a *Allocator) listen() error {
 	httpLis, err := net.Listen("tcp", a.cfg.MetricsListen)
 	if err != nil {
 		lis.Close()
+		if a.envoyLis != nil {
+			a.envoyLis.Close()
+		}
 		return fmt.Errorf("allocator: listen %s (metrics): %w", a.cfg.MetricsListen, err)
 	}
 	a.httpLis = a.metricsListener(httpLis)
@@ -345,9 +368,10 @@ func (a *Allocator) Serve() error {
 			}
 		}()
 	}
+	a.serveEnvoy()
 	a.storeOK.serving()
 	a.log.Info("allocator serving", "tls", a.certs != nil, "mtls", a.cfg.TLS.ClientCAFile != "", "grpc", a.Addr(), "metrics", a.MetricsAddr(), "rules", a.server.Rules().Len(),
-		"rules_version", a.server.Rules().Version())
+		"rules_version", a.server.Rules().Version(), "envoy", a.EnvoyAddr())
 	err := a.grpc.Serve(a.lis)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
@@ -382,6 +406,9 @@ func (a *Allocator) Shutdown(ctx context.Context) error {
 	a.leaveGossip()      // nodes stop finding this allocator while it drains
 	done := make(chan struct{})
 	go func() {
+		if a.envoyGRPC != nil {
+			a.envoyGRPC.GracefulStop()
+		}
 		a.grpc.GracefulStop()
 		close(done)
 	}()
@@ -390,6 +417,9 @@ func (a *Allocator) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = fmt.Errorf("allocator: drain deadline passed with calls in flight: %w", ctx.Err())
+		if a.envoyGRPC != nil {
+			a.envoyGRPC.Stop()
+		}
 		a.grpc.Stop()
 		<-done
 	}
@@ -400,6 +430,9 @@ func (a *Allocator) Shutdown(ctx context.Context) error {
 // Stop stops at once, dropping calls in flight: what a crash looks like to
 // the nodes, without exiting the process.
 func (a *Allocator) Stop() {
+	if a.envoyGRPC != nil {
+		a.envoyGRPC.Stop()
+	}
 	a.grpc.Stop()
 	a.finish()
 }

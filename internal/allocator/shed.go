@@ -3,12 +3,15 @@ package allocator
 import (
 	"context"
 	"path"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 )
@@ -47,17 +50,19 @@ func newShedder(max, perNode int, reg prometheus.Registerer) *shedder {
 		}, []string{"method", "bound"}),
 	}
 	reg.MustRegister(s.inflight, s.shed)
+	for _, m := range boundedMethods { // every series from 0, so that rates and dashboards see them
+		for _, b := range []string{"fleet", "node"} {
+			s.shed.WithLabelValues(path.Base(m), b)
+		}
+	}
 	return s
 }
 
-// bounded lists the methods that reach the store.
-func bounded(method string) bool {
-	switch method {
-	case allotv1.Allocator_Acquire_FullMethodName, allotv1.Allocator_Release_FullMethodName, allotv1.Allocator_Check_FullMethodName:
-		return true
-	}
-	return false
-}
+// boundedMethods are the methods that reach the store.
+var boundedMethods = []string{allotv1.Allocator_Acquire_FullMethodName, allotv1.Allocator_Release_FullMethodName,
+	allotv1.Allocator_Check_FullMethodName, rlspb.RateLimitService_ShouldRateLimit_FullMethodName}
+
+func bounded(method string) bool { return slices.Contains(boundedMethods, method) }
 
 // enter takes a slot for node ("" for calls without one) or says which
 // bound is full.

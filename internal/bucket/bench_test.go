@@ -1,6 +1,7 @@
 package bucket_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/allot-dev/allot/internal/bucket"
+	"github.com/allot-dev/allot/internal/clock"
 )
 
 // The limits below are so large that nothing is refused during a run: the
@@ -112,5 +114,60 @@ func loopParallel(b *testing.B, allow func() bool) {
 				return
 			}
 		}
+	})
+}
+
+// BenchmarkQueue times the leaky bucket as a queue: a caller's way through
+// Wait (enqueue, reach the front, be released), not the pace, which is the
+// rate's. idle: one caller at a time into an empty queue on a fake clock
+// moved one step per call, so every release is due at once (the figure
+// includes Advance); real_clock:
+// the same on the machine's clock at a rate too high to make anyone wait
+// (two clock reads per Wait); parallel: callers of one queue queueing
+// behind each other for a nanosecond each.
+func BenchmarkQueue(b *testing.B) {
+	b.Run("idle", func(b *testing.B) {
+		clk := clock.NewFake(t0)
+		q, err := bucket.NewQueue(1000, 1, clk)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			clk.Advance(time.Millisecond) // the next release is due
+			if err := q.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("real_clock", func(b *testing.B) {
+		q, err := bucket.NewQueue(1e9, 1, clock.Real())
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := q.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		q, err := bucket.NewQueue(1e9, 1<<20, clock.Real())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				if err := q.Wait(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	})
 }

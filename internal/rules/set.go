@@ -12,6 +12,7 @@ import (
 type Set struct {
 	byName  map[string]*Rule
 	list    []*Rule // in file order
+	envoy   *Envoy  // the envoy section; nil without one
 	version string
 }
 
@@ -56,6 +57,9 @@ func (s *Set) hash() string {
 	var b strings.Builder
 	for _, r := range s.list {
 		fmt.Fprintf(&b, "%+v\n", *r)
+	}
+	if s.envoy != nil { // a file without an envoy section keeps its version
+		fmt.Fprintf(&b, "envoy %s\n", s.envoy.digest)
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(sum[:6])

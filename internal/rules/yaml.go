@@ -40,8 +40,9 @@ func Example() *Set {
 }
 
 // Parse validates a rules document; file names it in errors. The file is
-// one YAML document holding one non-empty rules list: nothing in it may be
-// silently ignored, and a reload cannot leave every rule unknown.
+// one YAML document holding one non-empty rules list, an envoy section
+// (envoy_yaml.go), or both: nothing in it may be silently ignored, and a
+// reload cannot leave every rule unknown by accident.
 func Parse(file string, data []byte) (*Set, error) {
 	docs, err := decodeAll(data)
 	if err != nil {
@@ -56,7 +57,7 @@ func Parse(file string, data []byte) (*Set, error) {
 	}
 	doc := docs[0]
 	p := parser{file: file}
-	list, err := p.document(doc)
+	list, envoyNode, err := p.document(doc)
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +69,12 @@ func Parse(file string, data []byte) (*Set, error) {
 			fe.Line = p.lineOf(fe)
 		}
 		return nil, err
+	}
+	if envoyNode != nil {
+		if set.envoy, err = p.envoy(envoyNode, set); err != nil {
+			return nil, err
+		}
+		set.version = set.hash()
 	}
 	return set, nil
 }
@@ -88,44 +95,56 @@ func (p *parser) lineOf(fe *FieldError) int {
 	return p.lines[fe.Rule+"\x00"]
 }
 
-func (p *parser) document(doc *yaml.Node) ([]Rule, error) {
+// document reads the top level: the rules list and the envoy section
+// (envoy_yaml.go), returned unparsed. The rules list may be left out only
+// when an envoy section is given.
+func (p *parser) document(doc *yaml.Node) ([]Rule, *yaml.Node, error) {
 	root := doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = deref(root.Content[0])
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, p.fail(root, "", "rules", "the file must be a mapping with a 'rules' list")
+		return nil, nil, p.fail(root, "", "rules", "the file must be a mapping with a 'rules' list")
 	}
-	var seq *yaml.Node
+	var seq, envoy *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := deref(root.Content[i]), deref(root.Content[i+1])
-		if k.Value != "rules" {
-			return nil, p.fail(k, "", fieldName(k.Value), "unknown top-level field (the file holds only 'rules')")
+		var slot **yaml.Node
+		switch k.Value {
+		case "rules":
+			slot = &seq
+		case "envoy":
+			slot = &envoy
+		default:
+			return nil, nil, p.fail(k, "", fieldName(k.Value), "unknown top-level field (the file holds 'rules' and 'envoy')")
 		}
-		if seq != nil {
-			return nil, p.fail(k, "", "rules", "given twice")
+		if *slot != nil {
+			return nil, nil, p.fail(k, "", k.Value, "given twice")
 		}
-		seq = v
-	}
-	if seq == nil {
-		return nil, p.fail(root, "", "rules", "missing")
-	}
-	if seq.Kind != yaml.SequenceNode {
-		return nil, p.fail(seq, "", "rules", "must be a list of rules")
-	}
-	if len(seq.Content) == 0 {
-		return nil, p.fail(seq, "", "rules", "must hold at least one rule")
+		*slot = v
 	}
 	p.lines = make(map[string]int)
+	if seq == nil && envoy != nil {
+		return nil, envoy, nil
+	}
+	if seq == nil {
+		return nil, nil, p.fail(root, "", "rules", "missing")
+	}
+	if seq.Kind != yaml.SequenceNode {
+		return nil, nil, p.fail(seq, "", "rules", "must be a list of rules")
+	}
+	if len(seq.Content) == 0 {
+		return nil, nil, p.fail(seq, "", "rules", "must hold at least one rule")
+	}
 	out := make([]Rule, 0, len(seq.Content))
 	for i, item := range seq.Content {
 		r, err := p.rule(i, deref(item))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, envoy, nil
 }
 
 func (p *parser) rule(index int, n *yaml.Node) (Rule, error) {

@@ -18,6 +18,7 @@ type Metrics struct {
 	store    *prometheus.HistogramVec
 	wanted   *prometheus.CounterVec
 	granted  *prometheus.CounterVec
+	holders  *prometheus.HistogramVec
 	checks   *prometheus.CounterVec
 	reloads  *prometheus.CounterVec
 }
@@ -42,6 +43,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		granted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_allocator_lease_granted_tokens_total", Help: "Tokens lent to nodes, by rule.",
 		}, []string{"rule"}),
+		holders: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "allot_allocator_lease_holders", Help: "Holders of the key (the asking node included) at each lease grant, by rule.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}, []string{"rule"}),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_allocator_check_decisions_total", Help: "Check decisions by rule and result.",
 		}, []string{"rule", "result"}),
@@ -49,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "allot_allocator_rule_reloads_total", Help: "Rule file reloads by result.",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.checks, m.reloads)
+	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.holders, m.checks, m.reloads)
 	return m
 }
 
@@ -67,6 +72,10 @@ func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
+// ObserveStore records a store call that began at start: the Envoy rate
+// limit service's calls share the histogram with the allocator's own.
+func (m *Metrics) ObserveStore(op string, start time.Time, err error) { m.observeStore(op, start, err) }
+
 func (m *Metrics) observeStore(op string, start time.Time, err error) {
 	if m == nil {
 		return
@@ -78,12 +87,13 @@ func (m *Metrics) observeStore(op string, start time.Time, err error) {
 	m.store.WithLabelValues(op, result).Observe(time.Since(start).Seconds())
 }
 
-func (m *Metrics) observeLease(rule string, want, granted int64) {
+func (m *Metrics) observeLease(rule string, want, granted int64, holders int) {
 	if m == nil {
 		return
 	}
 	m.wanted.WithLabelValues(rule).Add(float64(want))
 	m.granted.WithLabelValues(rule).Add(float64(granted))
+	m.holders.WithLabelValues(rule).Observe(float64(holders))
 }
 
 func (m *Metrics) observeCheck(rule string, allowed bool) {

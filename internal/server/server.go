@@ -109,7 +109,7 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 			RetryAfter: durationpb.New(l.RetryAfter), Holders: uint32(l.Holders),
 			Limit: r.Limit, Remaining: l.Remaining, Epoch: l.Epoch, Rate: l.Rate,
 		}
-		s.metrics.observeLease(r.Name, reqs[i].Want, l.Granted)
+		s.metrics.observeLease(r.Name, reqs[i].Want, l.Granted, l.Holders)
 	}
 	return resp, nil
 }

@@ -1,0 +1,118 @@
+package envoy
+
+import (
+	"context"
+	"slices"
+
+	"github.com/allot-dev/allot/internal/store"
+)
+
+// decide decides every limited descriptor of a request through the store,
+// spending from all of them or from none ("10 per second AND 1,000 per
+// hour": a request one limit refuses costs nothing on the others).
+//
+// The store decides one (rule, key) atomically and has no call that spends
+// from several at once, so a request with several limits is decided in
+// two phases:
+//
+//  1. peek: a Check of cost 0 on each limit (it spends nothing, and says
+//     what is left). If any enforced limit lacks the request's hits, the
+//     request is refused and nothing is spent.
+//  2. spend: a Check of the request's hits on each limit, tightest first
+//     (least room left after the request).
+//
+// The compromise: between the two phases a concurrent request may take
+// what the peek saw. Then a spend is refused; the request is refused, and
+// the limits already spent in phase 2 stay charged for it. Spending the
+// tightest limit first makes that rare (the limit likeliest to run out is
+// spent before any other), and it never admits a request over a limit:
+// every spend is itself atomic. allot_envoy_partial_charges_total counts
+// the requests it happens to. A request with one limit is one atomic
+// Check, with no compromise at all.
+//
+// Shadow limits are decided and counted like the others but never refuse:
+// one that would refuse is left unspent and does not block the rest.
+func (s *Service) decide(ctx context.Context, checks []check) error {
+	var live []*check // limits the store decides
+	refused := false  // an enforced limit refuses without asking the store
+	for i := range checks {
+		c := &checks[i]
+		l := c.limit
+		switch {
+		case l == nil || l.Unlimited:
+			continue
+		case l.Rule == nil: // requests_per_unit: 0
+			c.over = c.hits > 0
+		case c.hits > uint64(l.Rule.Capacity()): // can never pass
+			c.over = true
+			c.d = store.Decision{Limit: l.Rule.Limit}
+		default:
+			live = append(live, c)
+			continue
+		}
+		refused = refused || (c.over && !l.Shadow)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	if len(live) == 1 && !refused {
+		c := live[0]
+		d, err := s.timed(ctx, "envoy_check", c.limit.Rule, c.key, int64(c.hits))
+		c.d, c.over = d, !d.Allowed
+		return err
+	}
+	for _, c := range live {
+		d, err := s.timed(ctx, "envoy_peek", c.limit.Rule, c.key, 0)
+		if err != nil {
+			return err
+		}
+		c.d, c.over = d, d.Remaining < int64(c.hits)
+		refused = refused || (c.over && !c.limit.Shadow)
+	}
+	if refused {
+		return nil
+	}
+	return s.spend(ctx, live)
+}
+
+// spend charges every limit that the peek found room in, tightest first,
+// and stops at the first enforced refusal (a race lost to another
+// request).
+func (s *Service) spend(ctx context.Context, live []*check) error {
+	order := make([]*check, 0, len(live))
+	for _, c := range live {
+		if !c.over { // a shadow limit without room stays unspent
+			order = append(order, c)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b *check) int {
+		ra, rb := a.d.Remaining-int64(a.hits), b.d.Remaining-int64(b.hits)
+		switch {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	spent := 0
+	for _, c := range order {
+		d, err := s.timed(ctx, "envoy_check", c.limit.Rule, c.key, int64(c.hits))
+		if err != nil {
+			return err
+		}
+		c.d, c.over = d, !d.Allowed
+		if !c.over {
+			spent++
+			continue
+		}
+		if c.limit.Shadow {
+			continue
+		}
+		if spent > 0 {
+			s.metrics.partial.Inc()
+		}
+		return nil
+	}
+	return nil
+}

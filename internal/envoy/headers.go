@@ -1,0 +1,153 @@
+package envoy
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// headers are the response headers a ShouldRateLimit answer asks Envoy to
+// add, chosen by the envoy section's headers setting. They describe the
+// binding limit, the one that refused or else the one with the least
+// left, as Envoy's own x-ratelimit headers do:
+//
+//	x-ratelimit (Envoy's DRAFT_VERSION_03):
+//	  x-ratelimit-limit: 5, 5;w=86400;name="marketing", 100;w=86400
+//	  x-ratelimit-remaining: 3
+//	  x-ratelimit-reset: 3600
+//	ratelimit (draft-ietf-httpapi-ratelimit-headers-10):
+//	  ratelimit-policy: "marketing";q=5;w=86400, "envoy.messaging.to_number.3f0c1d9e2a";q=100;w=86400
+//	  ratelimit: "marketing";r=3;t=3600
+//
+// An OVER_LIMIT answer adds retry-after, in whole seconds, at least 1.
+// Unlimited descriptors and those without a limit are left out; with none
+// limited, no header is added.
+func headers(mode rules.EnvoyHeaders, checks []check, overall rlspb.RateLimitResponse_Code) []*corepb.HeaderValue {
+	if mode == rules.EnvoyHeadersNone {
+		return nil
+	}
+	bind := binding(checks)
+	if bind == nil {
+		return nil
+	}
+	var out []*corepb.HeaderValue
+	add := func(k, v string) { out = append(out, &corepb.HeaderValue{Key: k, Value: v}) }
+	left := strconv.FormatInt(max(bind.d.Remaining, 0), 10)
+	reset := strconv.FormatInt(ceilSeconds(bind.reset()), 10)
+	var b strings.Builder
+	switch mode {
+	case rules.EnvoyHeadersXRateLimit:
+		b.WriteString(strconv.FormatUint(uint64(bind.limit.RequestsPerUnit), 10))
+		for i := range checks {
+			if l := limited(&checks[i]); l != nil {
+				b.WriteString(", ")
+				b.WriteString(strconv.FormatUint(uint64(l.RequestsPerUnit), 10))
+				b.WriteString(";w=")
+				b.WriteString(strconv.FormatInt(ceilSeconds(l.Period()), 10))
+				if l.Name != "" {
+					b.WriteString(";name=")
+					writeString(&b, l.Name)
+				}
+			}
+		}
+		add("x-ratelimit-limit", b.String())
+		add("x-ratelimit-remaining", left)
+		add("x-ratelimit-reset", reset)
+	case rules.EnvoyHeadersRateLimit:
+		for i := range checks {
+			if l := limited(&checks[i]); l != nil {
+				if b.Len() > 0 {
+					b.WriteString(", ")
+				}
+				writeString(&b, policyName(l))
+				b.WriteString(";q=")
+				b.WriteString(strconv.FormatUint(uint64(l.RequestsPerUnit), 10))
+				b.WriteString(";w=")
+				b.WriteString(strconv.FormatInt(ceilSeconds(l.Period()), 10))
+			}
+		}
+		add("ratelimit-policy", b.String())
+		b.Reset()
+		writeString(&b, policyName(bind.limit))
+		b.WriteString(";r=" + left + ";t=" + reset)
+		add("ratelimit", b.String())
+	}
+	if overall == rlspb.RateLimitResponse_OVER_LIMIT {
+		add("retry-after", strconv.FormatInt(max(ceilSeconds(bind.reset()), 1), 10))
+	}
+	return out
+}
+
+// limited is a descriptor's limit when it counts: not unlimited, not
+// absent.
+func limited(c *check) *rules.EnvoyLimit {
+	if c.limit == nil || c.limit.Unlimited {
+		return nil
+	}
+	return c.limit
+}
+
+// binding is the limit the headers describe: the enforced one that refused
+// with the longest wait, else the one with the least left.
+func binding(checks []check) *check {
+	var refusal, least *check
+	for i := range checks {
+		c := &checks[i]
+		if limited(c) == nil {
+			continue
+		}
+		if c.over && !c.limit.Shadow {
+			if refusal == nil || c.reset() > refusal.reset() {
+				refusal = c
+			}
+			continue
+		}
+		if least == nil || c.d.Remaining < least.d.Remaining {
+			least = c
+		}
+	}
+	if refusal != nil {
+		return refusal
+	}
+	return least
+}
+
+// policyName names a limit in the draft's fields: its rate_limit name, or
+// its rule's.
+func policyName(l *rules.EnvoyLimit) string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return l.ID
+}
+
+// writeString writes s as a structured-field String (RFC 9651): quoted,
+// '"' and '\' escaped, and what a String cannot hold (outside printable
+// ASCII) dropped.
+func writeString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c <= 0x7e:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+}
+
+// ceilSeconds is d in whole seconds, rounded up: a client told to wait
+// less than it must would only be refused again.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
