@@ -2,6 +2,7 @@ package store
 
 import (
 	"math"
+	"strconv"
 	"slices"
 	"time"
 
@@ -43,6 +44,19 @@ func newState(r *rules.Rule, now int64) *state {
 }
 
 func periodUS(r *rules.Rule) int64 { return r.Period.Microseconds() }
+
+// stateVariant is what, beyond the algorithm, makes a state meaningless
+// under another version of its rule: a window's index counts periods, so a
+// window whose period changes on reload starts afresh (kept, a longer
+// period would put the stored index far in the future: a window that never
+// ends, as the clock never passes it). A token bucket's state means the
+// same whatever the rate.
+func stateVariant(r *rules.Rule) string {
+	if r.Algorithm == rules.FixedWindow || r.Algorithm == rules.SlidingWindow {
+		return "@" + strconv.FormatInt(periodUS(r), 36)
+	}
+	return ""
+}
 
 func ratePerUS(r *rules.Rule) float64 { return float64(r.Limit) / float64(periodUS(r)) }
 

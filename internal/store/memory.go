@@ -34,9 +34,10 @@ type memoryShard struct {
 }
 
 type memKey struct {
-	rule string
-	alg  rules.Algorithm // a rule whose algorithm changes on reload starts afresh
-	key  string
+	rule    string
+	alg     rules.Algorithm // a rule whose algorithm changes on reload starts afresh
+	variant string          // so does a window whose period changes (stateVariant)
+	key     string
 }
 
 // NewMemory returns an in-memory store reading time from clk, and starts
@@ -54,7 +55,7 @@ func (m *Memory) now() int64 { return m.clk.Now().UnixMicro() }
 
 // with runs f on the state of (rule, key) under its shard's lock.
 func (m *Memory) with(r *rules.Rule, key string, now int64, f func(*state)) {
-	k := memKey{rule: r.Name, alg: r.Algorithm, key: key}
+	k := memKey{rule: r.Name, alg: r.Algorithm, variant: stateVariant(r), key: key}
 	sh := &m.shards[maphash.String(m.seed, key)%memoryShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -315,14 +315,15 @@ func (s *Redis) checkCall(r *rules.Rule, key string, cost int64) scriptCall {
 	return scriptCall{scriptFor(r), s.key(r, key), ruleArgs("c", r, cost)}
 }
 
-// key is "<prefix>:<alg>:{<rule>|<key>}". The algorithm is part of the name,
+// key is "<prefix>:<alg>[@<period>]:{<rule>|<key>}". The algorithm is part of the name,
 // so a rule whose algorithm changes on reload starts afresh instead of
-// meeting a value of the wrong type. The braces are a Redis Cluster hash tag
-// that puts one (rule, key) in one slot, and spreads distinct keys over
-// slots. Rule names never hold '|', so the name is unambiguous whatever the
-// key holds; a '}' in the key only shortens the hash tag.
+// meeting a value of the wrong type; so is a window's period (see
+// stateVariant). The braces are a Redis Cluster hash tag that puts one
+// (rule, key) in one slot, and spreads distinct keys over slots. Rule names
+// never hold '|', so the name is unambiguous whatever the key holds; a '}'
+// in the key only shortens the hash tag.
 func (s *Redis) key(r *rules.Rule, key string) string {
-	return s.prefix + ":" + scriptFor(r).tag + ":{" + r.Name + "|" + key + "}"
+	return s.prefix + ":" + scriptFor(r).tag + stateVariant(r) + ":{" + r.Name + "|" + key + "}"
 }
 
 // run sends one EVALSHA per call in one pipeline and returns the replies in

@@ -139,3 +139,24 @@ func testSlidingLogStepBack(t *testing.T, h Harness) {
 		}
 	}
 }
+
+// A window whose period changes on reload starts afresh. Before, a period
+// grown from 1s to 1h kept the index of a 1s window, a million windows
+// ahead of any 1h index: the window never ended and kept its count.
+func testWindowPeriodChange(t *testing.T, h Harness) {
+	s := h.New(t)
+	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow} {
+		short := windowRule(t, alg, 10, time.Second)
+		if d := check(t, s, short, "k", 10); !d.Allowed {
+			t.Fatalf("%s: %+v", alg, d)
+		}
+		long := *short
+		long.Period = time.Hour
+		if err := long.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		if d := check(t, s, &long, "k", 10); !d.Allowed {
+			t.Fatalf("%s: after the period grew to 1h: %+v, want a fresh window", alg, d)
+		}
+	}
+}

@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 		{"FixedWindowSurvivesClockStepBack", testFixedWindowStepBack},
 		{"SlidingWindowSurvivesClockStepBack", testSlidingWindowStepBack},
 		{"SlidingLogSurvivesClockStepBack", testSlidingLogStepBack},
+		{"WindowPeriodChange", testWindowPeriodChange},
 		{"CheckBucket", testCheckBucket},
 		{"CheckFixedWindow", testCheckFixedWindow},
 		{"CheckSlidingLog", testCheckSlidingLog},
