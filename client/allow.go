@@ -192,7 +192,7 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 	if bd.Allowed {
 		p.Consumed(n)
 	} else {
-		if central && !down {
+		if central && !down && !fallback.Admits(r, nodes) {
 			if d, sp, ok := c.awaitFirstLease(ctx, rs, p, n); ok {
 				return d, sp, nil
 			}
@@ -209,10 +209,12 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 }
 
 // awaitFirstLease waits, at most Lease.FirstLeaseWait and within ctx, for
-// the first answer on a key whose fallback share cannot admit the request
-// (a burst smaller than the fleet rounds to nothing per node), and takes
-// from the lease if one came: a refusal is certain, a lease one round trip
-// away is not. It reports false when no lease tokens came.
+// the first answer on a key whose fallback share can admit nothing (a burst
+// smaller than the fleet rounds to nothing per node), and takes from the
+// lease if one came: a refusal is certain, a lease one round trip away is
+// not. A share that is merely spent does not wait: it refills at limit/N
+// while the lease is on its way. It reports false when no lease tokens
+// came.
 func (c *Client) awaitFirstLease(ctx context.Context, rs *ruleState, p *lease.Pool, n int64) (Decision, spend, bool) {
 	wait := c.cfg.Lease.FirstLeaseWait
 	if wait <= 0 {

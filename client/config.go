@@ -105,9 +105,10 @@ type LeaseConfig struct {
 	// others. default: 1ms
 	BatchWindow time.Duration
 	// FirstLeaseWait is how long a request may wait for its key's first
-	// lease when the node's fallback share cannot admit it (a burst smaller
-	// than the fleet leaves each node less than a token): waiting a round
-	// trip beats a certain refusal. Negative: never wait. default: 250ms
+	// lease when the node's fallback share can admit nothing (a burst
+	// smaller than the fleet leaves each node less than a token): waiting a
+	// round trip beats a certain refusal. Negative: never wait. default:
+	// 250ms
 	FirstLeaseWait time.Duration
 	// TokensOnly never asks for a share of a rule's rate: the node lives
 	// on the tokens the allocator's bucket holds when it asks, as nodes

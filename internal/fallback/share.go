@@ -64,6 +64,10 @@ func (s *Share) Refund(n int64) {
 
 // resize rebuilds the bucket for a new N, keeping no more tokens than it
 // held: a shrinking fleet must not mint a burst.
+// Admits reports whether a node's share of r over nodes can ever admit a
+// request: not when the burst split over the fleet is less than a token.
+func Admits(r *rules.Rule, nodes int) bool { return r.Capacity()/int64(max(nodes, 1)) > 0 }
+
 func (s *Share) resize(r *rules.Rule, nodes int, now time.Time) {
 	var held int64 = -1
 	if s.tb != nil {

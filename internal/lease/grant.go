@@ -39,7 +39,7 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 		p.own.epoch = g.Epoch
 	}
 	if g.Rate > 0 {
-		m.oweInFlight(p)
+		m.oweInFlight(p, r, f, now)
 	}
 	m.settleOwed(p)
 	m.scheduleNext(p, r, f, g, now)

@@ -86,15 +86,20 @@ func (m *Manager) setShare(p *Pool, f *flight, g Grant, now time.Time) {
 
 // oweInFlight turns what the key admitted from its fallback share while the
 // request was in flight, beyond what the grant's tokens paid, into a debt
-// the share pays off before the pool gets anything more. Reported to the
-// allocator instead, it would arrive a round trip later, when the central
-// bucket had lent its burst again: a new key would admit two bursts in its
-// first second.
-func (m *Manager) oweInFlight(p *Pool) {
-	if n := p.consumed.Swap(0); n > 0 {
-		p.consumedSince.Store(0)
-		p.own.accrued -= float64(n)
+// the pool pays off, from the tokens of later grants and from its share,
+// before it admits anything more. Reported to the allocator instead, it
+// would arrive a round trip later, when the central bucket had lent its
+// burst again: a new key would admit two bursts in its first second. Only
+// the share's burst is owed: what the share's rate (limit/N) earned over
+// the flight is what the node was due meanwhile.
+func (m *Manager) oweInFlight(p *Pool, r *rules.Rule, f *flight, now time.Time) {
+	n := p.consumed.Swap(0)
+	if n <= 0 {
+		return
 	}
+	p.consumedSince.Store(0)
+	due := r.Rate() / float64(max(m.cfg.Nodes(), 1)) * max(now.Sub(f.sent), 0).Seconds()
+	p.own.accrued -= max(float64(n)-due, 0)
 }
 
 // settleOwed pays what the pool owes out of the tokens it holds.
