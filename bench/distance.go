@@ -144,8 +144,9 @@ func (r *report) plotDistance(path string) error {
 		p.Add(line, points)
 		p.Legend.Add(kind.label, line, points)
 	}
-	// Below the lines, where they do not go: they start near 1.
-	p.Legend.Top, p.Legend.Left = false, true
-	p.Legend.YOffs = vg.Points(30)
+	// Right, between the lines: rate shares stay near 1, the others fall
+	// low at large round trips.
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.YOffs = 1.3 * vg.Inch
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
 }

@@ -50,8 +50,13 @@ func (m *Manager) accrue(p *Pool, now time.Time) {
 	if o.accrued < 1 {
 		return
 	}
-	n := int64(o.accrued)
-	o.accrued -= float64(n)
+	// More than the pool's cap and the rule's capacity would only be given
+	// back and capped there: a huge rate must not overflow the count.
+	capacity := p.table.Rule().Capacity()
+	whole := math.Floor(o.accrued)
+	o.accrued -= whole
+	n := int64(min(whole, float64(capacity+o.shareCap)))
+	defer func() { o.overflow = min(o.overflow, capacity) }()
 	left := p.tokens.Load()
 	if left < 0 || o.expiry.IsZero() || !now.Before(o.expiry) { // evicted, or no lease to hold them
 		o.overflow += n
