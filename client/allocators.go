@@ -189,24 +189,10 @@ func (p *allocators) Invoke(ctx context.Context, method string, args, reply any,
 	}
 	waits := waitsForReady(opts)
 	var failed []string
-	for i, a := range order {
-		if ctx.Err() != nil { // what the caller gave is spent: no allocator is to blame
-			if err == nil {
-				err = status.FromContextError(ctx.Err()).Err()
-			}
-			break
-		}
+	for i := 0; ; i++ { // the last allocator's attempt returns
+		a := order[i]
 		share := i+1 < healthy || ((waits || i >= healthy) && i+1 < len(order))
-		actx, cancel := p.attempt(ctx, share)
-		budget := time.Duration(math.MaxInt64)
-		if deadline, ok := actx.Deadline(); ok {
-			budget = time.Until(deadline)
-		}
-		state := a.conn.GetState()
-		start := time.Now()
-		err = a.conn.Invoke(actx, method, args, reply, opts...)
-		took := time.Since(start)
-		cancel()
+		took, again, err := p.try(ctx, a, share, waits, method, args, reply, opts)
 		if err == nil {
 			p.restore(a, "it answered a call")
 			for _, o := range opts {
@@ -216,24 +202,41 @@ func (p *allocators) Invoke(ctx context.Context, method string, args, reply any,
 			}
 			return nil
 		}
-		eject, next := verdict(ctx, err)
-		if eject && (status.Code(err) != codes.DeadlineExceeded || budget >= p.patience) {
-			p.eject(a, err)
-		}
-		// A call that failed fast on a connection that was not up never
-		// left the node.
-		sent := waits || state == connectivity.Ready || status.Code(err) != codes.Unavailable
-		if !next || i+1 == len(order) || !resendable(args, sent) {
-			break
+		if !again || i+1 == len(order) {
+			if len(failed) == 0 {
+				return err
+			}
+			s := status.Convert(err)
+			return status.Errorf(s.Code(), "%d allocators failed: %s; %s: %s", len(failed)+1, strings.Join(failed, "; "),
+				a.addr, s.Message())
 		}
 		failed = append(failed, fmt.Sprintf("%s: %s", a.addr, status.Convert(err).Message()))
 	}
-	if len(failed) == 0 {
-		return err
+}
+
+// try makes one attempt on a, ejects a if its failure says it is sick,
+// and says whether the call may go on to another allocator.
+func (p *allocators) try(ctx context.Context, a *allocator, share, waits bool, method string, args, reply any,
+	opts []grpc.CallOption) (took time.Duration, again bool, err error) {
+	actx, cancel := p.attempt(ctx, share)
+	defer cancel()
+	budget := time.Duration(math.MaxInt64)
+	if deadline, ok := actx.Deadline(); ok {
+		budget = time.Until(deadline)
 	}
-	s := status.Convert(err)
-	return status.Errorf(s.Code(), "%d allocators failed: %s; %s: %s", len(failed)+1, strings.Join(failed, "; "),
-		order[len(failed)].addr, s.Message())
+	state := a.conn.GetState()
+	start := time.Now()
+	if err = a.conn.Invoke(actx, method, args, reply, opts...); err == nil {
+		return time.Since(start), false, nil
+	}
+	eject, next := verdict(ctx, err)
+	if eject && (status.Code(err) != codes.DeadlineExceeded || budget >= p.patience) {
+		p.eject(a, err)
+	}
+	// A call that failed fast on a connection that was not up never left
+	// the node; any other may have been applied.
+	sent := waits || state == connectivity.Ready || status.Code(err) != codes.Unavailable
+	return 0, next && resendable(args, sent), err
 }
 
 // NewStream opens a stream on a healthy allocator, without failover: the
