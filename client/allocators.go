@@ -71,8 +71,10 @@ type allocator struct {
 	ctx    context.Context // ends when it leaves the list, or the client closes
 	cancel context.CancelFunc
 
-	sick    atomic.Bool // ejected: read without the lock by every call
-	probing bool        // a probe loop runs for it
+	sick    atomic.Bool   // ejected: read without the lock by every call
+	probing bool          // a probe loop runs for it
+	wait    time.Duration // before its next probe
+	back    time.Time     // when it last returned to the round
 }
 
 // probeBackoff spaces the health probes of an ejected allocator: soon at
@@ -81,6 +83,12 @@ type allocator struct {
 // costs one health check per probe, and the other allocators serve
 // meanwhile.
 var probeBackoff = backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxDelay: 2 * time.Second}
+
+// relapseWithin: an allocator ejected again this soon after its return is
+// not well (it answers health probes, not calls): its probes resume where
+// they stopped, and wait longer each time, instead of bringing it back
+// within 250ms to fail the next call again.
+const relapseWithin = 30 * time.Second
 
 // healthService is the name the allocators report their health under:
 // NOT_SERVING while their store is down or they are draining.
@@ -365,6 +373,11 @@ func (p *allocators) eject(a *allocator, cause error) {
 	}
 	a.sick.Store(true)
 	p.publishLocked(a)
+	if a.wait == 0 || p.clk.Now().Sub(a.back) > relapseWithin {
+		a.wait = probeBackoff.BaseDelay
+	} else {
+		p.backOffLocked(a)
+	}
 	if p.ejections != nil {
 		p.ejections.WithLabelValues(a.addr).Inc()
 	}
@@ -401,6 +414,7 @@ func (p *allocators) restoreLocked(a *allocator, why string) {
 	if !a.sick.Swap(false) {
 		return
 	}
+	a.back = p.clk.Now()
 	p.publishLocked(a)
 	p.log.LogKeyed("restored "+a.addr, slog.LevelInfo, "allot: allocator restored: "+why, "allocator", a.addr)
 }
@@ -410,8 +424,10 @@ func (p *allocators) restoreLocked(a *allocator, why string) {
 func (p *allocators) probe(a *allocator) {
 	defer p.probes.Done()
 	health := healthpb.NewHealthClient(a.conn)
-	wait := probeBackoff.BaseDelay
 	for {
+		p.mu.Lock()
+		wait := a.wait
+		p.mu.Unlock()
 		t := p.clk.NewTimer(time.Duration(float64(wait) * (1 + probeBackoff.Jitter*(2*rand.Float64()-1))))
 		select {
 		case <-a.ctx.Done():
@@ -422,21 +438,32 @@ func (p *allocators) probe(a *allocator) {
 		if !p.stillSick(a) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(a.ctx, p.timeout())
-		// Waiting for ready: a connection coming back within the probe's
-		// deadline is given the chance to answer.
-		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: healthService}, grpc.WaitForReady(true))
-		cancel()
-		// An allocator without the health service answers too.
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING || status.Code(err) == codes.Unimplemented {
-			p.mu.Lock()
+		up := p.serving(a, health)
+		p.mu.Lock()
+		if up {
 			a.probing = false
 			p.restoreLocked(a, "it answered a health probe")
 			p.mu.Unlock()
 			return
 		}
-		wait = min(time.Duration(float64(wait)*probeBackoff.Multiplier), probeBackoff.MaxDelay)
+		p.backOffLocked(a)
+		p.mu.Unlock()
 	}
+}
+
+func (p *allocators) backOffLocked(a *allocator) {
+	a.wait = min(time.Duration(float64(a.wait)*probeBackoff.Multiplier), probeBackoff.MaxDelay)
+}
+
+// serving is one health probe: whether a answers SERVING (or answers at
+// all, without the health service) within a lease call's deadline.
+func (p *allocators) serving(a *allocator, health healthpb.HealthClient) bool {
+	ctx, cancel := context.WithTimeout(a.ctx, p.timeout())
+	defer cancel()
+	// Waiting for ready: a connection coming back within the deadline is
+	// given the chance to answer.
+	resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: healthService}, grpc.WaitForReady(true))
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING || status.Code(err) == codes.Unimplemented
 }
 
 // stillSick reports whether a is still ejected; when not, its probe loop

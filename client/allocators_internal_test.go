@@ -44,6 +44,7 @@ func serveStub(t *testing.T, hung bool) *stub {
 		t.Fatal(err)
 	}
 	s := &stub{addr: lis.Addr().String(), health: health.NewServer(), probes: make(chan struct{}, 64), hung: hung}
+	s.health.SetServingStatus(healthService, healthpb.HealthCheckResponse_SERVING)
 	srv := grpc.NewServer()
 	allotv1.RegisterAllocatorServer(srv, s)
 	healthpb.RegisterHealthServer(srv, countedHealth{s.health, s.probes})
@@ -269,36 +270,15 @@ func TestProbesBackOffUntilServing(t *testing.T) {
 	if v := value("allot_client_allocator_ejected"); v != 1 {
 		t.Fatalf("ejected gauge %v, want 1", v)
 	}
-	probe := func(wait time.Duration) {
-		t.Helper()
-		if !clk.WaitTimers(1, 5*time.Second) {
-			t.Fatal("no probe timer armed")
-		}
-		clk.Advance(wait * 79 / 100)
-		if clk.Timers() != 1 {
-			t.Fatalf("probed before %v", wait*8/10)
-		}
-		clk.Advance(wait * 42 / 100)
-		select {
-		case <-sick.probes:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no probe by %v", wait*12/10)
-		}
-	}
 	for _, wait := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second} {
-		probe(wait)
+		probeAfter(t, clk, sick, wait)
 		if !a.sick.Load() {
 			t.Fatal("restored by a NOT_SERVING probe")
 		}
 	}
 	sick.health.SetServingStatus(healthService, healthpb.HealthCheckResponse_SERVING)
-	probe(2 * time.Second)
-	for deadline := time.Now().Add(5 * time.Second); a.sick.Load(); {
-		if time.Now().After(deadline) {
-			t.Fatal("not restored after a SERVING probe")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	probeAfter(t, clk, sick, 2*time.Second)
+	restored(t, a)
 	if v := value("allot_client_allocator_ejected"); v != 0 {
 		t.Fatalf("ejected gauge %v after the restore, want 0", v)
 	}
@@ -308,4 +288,53 @@ func TestProbesBackOffUntilServing(t *testing.T) {
 	if clk.Timers() != 0 {
 		t.Fatal("the probe loop goes on after the restore")
 	}
+}
+
+// probeAfter checks that the next probe of s comes wait ±20% from now.
+func probeAfter(t *testing.T, clk *clock.Fake, s *stub, wait time.Duration) {
+	t.Helper()
+	if !clk.WaitTimers(1, 5*time.Second) {
+		t.Fatal("no probe timer armed")
+	}
+	clk.Advance(wait * 79 / 100)
+	if clk.Timers() != 1 {
+		t.Fatalf("probed before %v", wait*8/10)
+	}
+	clk.Advance(wait * 42 / 100)
+	select {
+	case <-s.probes:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no probe by %v", wait*12/10)
+	}
+}
+
+// restored waits for the probe loop to act on the answer it got.
+func restored(t *testing.T, a *allocator) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); a.sick.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("not restored after a SERVING probe")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// An allocator ejected again soon after its return answers probes but not
+// calls: its probes wait longer each time rather than bring it back in
+// 250ms to fail the next call; after a quiet spell they start afresh.
+func TestRelapseResumesTheBackoff(t *testing.T) {
+	s, other := serveStub(t, false), serveStub(t, false)
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	p := newTestAllocators(t, clk, 10*time.Millisecond, s.addr, other.addr)
+	a := p.byAddr(s.addr)
+	for _, wait := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second} {
+		p.eject(a, errors.New("test"))
+		probeAfter(t, clk, s, wait)
+		restored(t, a)
+		clk.Advance(10 * time.Second)
+	}
+	clk.Advance(relapseWithin)
+	p.eject(a, errors.New("test"))
+	probeAfter(t, clk, s, 250*time.Millisecond)
+	restored(t, a)
 }

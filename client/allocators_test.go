@@ -118,6 +118,16 @@ func (p *pair) ejected(i int) []float64 {
 	return v
 }
 
+// ejections is each node's allot_client_allocator_ejections_total for
+// allocator i.
+func (p *pair) ejections(i int) []float64 {
+	v := make([]float64, len(p.regs))
+	for n, reg := range p.regs {
+		v[n] = metricValue(p.t, reg, "allot_client_allocator_ejections_total", "allocator", p.dialed[i])
+	}
+	return v
+}
+
 // failedAcquires sums the nodes' Acquire calls that failed.
 func (p *pair) failedAcquires() (sum float64) {
 	for _, reg := range p.regs {
@@ -230,7 +240,7 @@ func TestHungAllocatorIsEjectedThenProbedBack(t *testing.T) {
 		leased(t, n, "hot", "k")
 	}
 	failed0 := p.failedAcquires()
-	var during []float64
+	var during, times []float64
 	var failedDuring float64
 	var strict *load
 	l := p.runWithStrict(&strict, 6*time.Second, func(sec int) {
@@ -238,7 +248,7 @@ func TestHungAllocatorIsEjectedThenProbedBack(t *testing.T) {
 		case 1:
 			p.proxy.Cut(true)
 		case 4:
-			during, failedDuring = p.ejected(1), p.failedAcquires()-failed0
+			during, times, failedDuring = p.ejected(1), p.ejections(1), p.failedAcquires()-failed0
 			p.proxy.Cut(false)
 		}
 	})
@@ -247,8 +257,8 @@ func TestHungAllocatorIsEjectedThenProbedBack(t *testing.T) {
 			s, l.second(s), l.fallback[s].Load(), strict.fallback[s].Load())
 	}
 	hung, hungStrict := l.fallbackIn(1, 4), strict.fallbackIn(1, 4)
-	t.Logf("while hung: fallback decisions %d, strict decisions in fallback %d, failed Acquires %v, ejected %v",
-		hung, hungStrict, failedDuring, during)
+	t.Logf("while hung: fallback decisions %d, strict decisions in fallback %d, failed Acquires %v, ejected %v, ejections %v",
+		hung, hungStrict, failedDuring, during, times)
 	if hung+hungStrict != 0 {
 		t.Errorf("%d fallback decisions (%d of them strict) while one allocator of two hung", hung+hungStrict, hungStrict)
 	}
@@ -260,6 +270,9 @@ func TestHungAllocatorIsEjectedThenProbedBack(t *testing.T) {
 	}
 	if !all(during, 1) {
 		t.Errorf("the hung allocator is ejected %v on the nodes, want 1 on each", during)
+	}
+	if !all(times, 1) {
+		t.Errorf("the hung allocator was ejected %v times on the nodes, want once each: not flapped between", times)
 	}
 	if in := l.second(2) + l.second(3); float64(in) < 0.9*2*r.Rate() {
 		t.Errorf("admitted %d in seconds 2-3 with one allocator hung, under 90%% of %.0f", in, 2*r.Rate())
