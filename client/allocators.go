@@ -211,7 +211,9 @@ func (p *allocators) Invoke(ctx context.Context, method string, args, reply any,
 			return nil
 		}
 		if !again || i+1 == len(order) {
-			if len(failed) == 0 {
+			// A refusal is the answer, as the allocator worded it: the
+			// lease manager reads which request it names.
+			if len(failed) == 0 || !isUnreachable(err) {
 				return err
 			}
 			s := status.Convert(err)

@@ -33,6 +33,7 @@ type stub struct {
 
 	mu       sync.Mutex
 	hung     bool
+	refusal  error // every Check's answer, when set
 	acquires []*allotv1.AcquireRequest
 	releases []*allotv1.ReleaseRequest
 }
@@ -94,6 +95,12 @@ func (s *stub) Release(ctx context.Context, req *allotv1.ReleaseRequest) (*allot
 }
 
 func (s *stub) Check(ctx context.Context, req *allotv1.CheckRequest) (*allotv1.CheckResponse, error) {
+	s.mu.Lock()
+	refusal := s.refusal
+	s.mu.Unlock()
+	if refusal != nil {
+		return nil, refusal
+	}
 	return &allotv1.CheckResponse{Allowed: true}, s.answer(ctx)
 }
 
@@ -217,6 +224,25 @@ func TestShortCallerDeadlineEjectsNothing(t *testing.T) {
 	}
 	if p.byAddr(hung.addr).sick.Load() {
 		t.Fatal("a 20ms attempt ejected the allocator")
+	}
+}
+
+// A refusal from the allocator a call failed over to is returned as it
+// was worded, not folded into a summary of the attempts.
+func TestRefusalAfterFailoverKeepsItsWords(t *testing.T) {
+	good, hung := serveStub(t, false), serveStub(t, true)
+	good.mu.Lock()
+	good.refusal = status.Error(codes.InvalidArgument, "requests[3].key: is 600 bytes, at most 512")
+	good.mu.Unlock()
+	p := newTestAllocators(t, clock.Real(), 10*time.Millisecond, good.addr, hung.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := allotv1.NewAllocatorClient(p).Check(ctx, &allotv1.CheckRequest{Rule: "r", Key: "k", Cost: 1})
+	if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "requests[3].key: is 600 bytes, at most 512" {
+		t.Fatalf("Check = %v, want the refusal as the allocator worded it", err)
+	}
+	if !p.byAddr(hung.addr).sick.Load() {
+		t.Fatal("the hung allocator is not ejected")
 	}
 }
 
