@@ -56,7 +56,7 @@ type allocators struct {
 	list atomic.Pointer[[]*allocator] // in the order set; replaced, never changed
 	next atomic.Uint64                // round-robin
 
-	mu        sync.Mutex // the fields below, and each allocator's sick and probing
+	mu        sync.Mutex // the fields below, each allocator's changes of sick, and its probe state
 	changed   chan struct{}
 	ejected   *prometheus.GaugeVec   // nil until the metrics exist
 	ejections *prometheus.CounterVec // nil until the metrics exist
@@ -71,7 +71,9 @@ type allocator struct {
 	ctx    context.Context // ends when it leaves the list, or the client closes
 	cancel context.CancelFunc
 
-	sick    atomic.Bool   // ejected: read without the lock by every call
+	sick atomic.Bool // ejected: read without the lock by every call
+
+	// under allocators.mu
 	probing bool          // a probe loop runs for it
 	wait    time.Duration // before its next probe
 	back    time.Time     // when it last returned to the round
@@ -116,7 +118,12 @@ func (p *allocators) set(addrs []string) error {
 	}
 	next := make([]*allocator, 0, len(addrs))
 	var errs []error
+	seen := map[string]bool{}
 	for _, addr := range addrs {
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
 		if a, ok := old[addr]; ok {
 			delete(old, addr)
 			next = append(next, a)
