@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,8 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/internal/bucket"
@@ -29,10 +26,8 @@ import (
 // process and Close it on shutdown.
 type Client struct {
 	cfg     Config
-	conn    *grpc.ClientConn
-	api     allotv1.AllocatorClient
-	res     *manual.Resolver
-	addrs   string // the addresses the resolver holds, joined
+	allocs  *allocators
+	api     allotv1.AllocatorClient // on allocs: every call fails over
 	mgr     *lease.Manager
 	gossip  *fallback.Gossip
 	metrics *metrics
@@ -85,7 +80,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	if err := c.joinGossip(); err != nil {
-		c.conn.Close()
+		c.allocs.close()
 		return nil, err
 	}
 	// Registered last, so that a New that failed can be tried again with
@@ -95,10 +90,11 @@ func New(cfg Config) (*Client, error) {
 		if c.gossip != nil {
 			c.gossip.Leave(time.Second)
 		}
-		c.conn.Close()
+		c.allocs.close()
 		return nil, err
 	}
 	c.rtts.gauge = c.metrics.roundTrip
+	c.allocs.setMetrics(c.metrics.ejected, c.metrics.ejections)
 	c.mgr = lease.NewManager(lease.Config{
 		Transport: grpcTransport{c}, Clock: cfg.clock, Logger: cfg.Logger, Nodes: c.fleetSize,
 		RPCTimeout: cfg.RPCTimeout, Sweep: cfg.Lease.Sweep, BatchWindow: cfg.Lease.BatchWindow,
@@ -141,15 +137,8 @@ func defaultNodeID() string {
 	return fmt.Sprintf("%s-%d-%06x", host, os.Getpid(), rand.Uint32()&0xffffff)
 }
 
-var resolverSeq atomic.Int64
-
 func (c *Client) dial() error {
-	r := manual.NewBuilderWithScheme(fmt.Sprintf("allot%d", resolverSeq.Add(1)))
-	c.res = r
-	c.setAllocators(c.cfg.Allocators)
 	opts := append(c.cfg.transportOptions(),
-		grpc.WithResolvers(r),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 		// Reconnect quickly once an allocator is back: the default backoff
 		// grows to two minutes, far longer than a lease, and nodes must
 		// return to leases within a few refresh intervals.
@@ -158,12 +147,23 @@ func (c *Client) dial() error {
 			MinConnectTimeout: time.Second,
 		}),
 	)
-	conn, err := grpc.NewClient(r.Scheme()+":///allocators", append(opts, c.cfg.DialOptions...)...)
-	if err != nil {
+	// A quarter of the shortest deadline the node gives a call (25ms by
+	// default): a healthy allocator answers well within it, and a caller
+	// whose own deadline leaves less makes a timeout no sign of sickness.
+	patience := min(c.cfg.CheckTimeout, c.cfg.RPCTimeout) / 4
+	c.allocs = newAllocators(append(opts, c.cfg.DialOptions...), c.cfg.clock, c.cfg.Logger, c.leaseTimeout, patience)
+	c.api = allotv1.NewAllocatorClient(c.allocs)
+	if err := c.allocs.set(c.cfg.Allocators); err != nil {
+		c.allocs.close()
 		return fmt.Errorf("client: %w", err)
 	}
-	c.conn, c.api = conn, allotv1.NewAllocatorClient(conn)
 	return nil
+}
+
+// leaseTimeout is the deadline the lease manager gives an Acquire: at
+// least three round trips to the slowest allocator.
+func (c *Client) leaseTimeout() time.Duration {
+	return max(c.cfg.RPCTimeout, 3*c.rtts.slowest())
 }
 
 func (c *Client) joinGossip() error {
@@ -180,22 +180,12 @@ func (c *Client) joinGossip() error {
 	return nil
 }
 
-// setAllocators points the connection at addrs. With none, calls fail fast
-// and the node runs on its fallback shares.
+// setAllocators makes addrs the allocators calls go to. With none, calls
+// fail fast and the node runs on its fallback shares.
 func (c *Client) setAllocators(addrs []string) {
-	if len(addrs) == 0 {
-		addrs = []string{"127.0.0.1:1"}
+	if err := c.allocs.set(addrs); err != nil {
+		c.cfg.Logger.Warn("allot: dialing allocators", "err", err)
 	}
-	joined := strings.Join(addrs, ",")
-	if joined == c.addrs {
-		return
-	}
-	c.addrs = joined
-	state := resolver.State{}
-	for _, a := range addrs {
-		state.Addresses = append(state.Addresses, c.address(a))
-	}
-	c.res.UpdateState(state)
 }
 
 // discover adds the allocators gossip knows to the configured ones.
@@ -380,7 +370,7 @@ func (c *Client) Close() error {
 			errs = append(errs, fmt.Errorf("leaving gossip: %w", err))
 		}
 	}
-	if err := c.conn.Close(); err != nil {
+	if err := c.allocs.close(); err != nil {
 		errs = append(errs, err)
 	}
 	c.metrics.unregister()

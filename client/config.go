@@ -20,9 +20,11 @@ import (
 // chosen for a LAN fleet.
 type Config struct {
 	// Allocators lists the allocators' gRPC addresses (host:port). Calls are
-	// balanced round-robin over the reachable ones, which is also how a node
-	// fails over when one stops. With Gossip, allocators that advertise
-	// themselves in the pool are added as they come and go.
+	// balanced round-robin over the healthy ones. An allocator that fails a
+	// call (no connection, no answer in time) is ejected and the call is
+	// retried at once on another within its deadline; an ejected allocator
+	// returns once it answers a health probe. With Gossip, allocators that
+	// advertise themselves in the pool are added as they come and go.
 	Allocators []string
 
 	// NodeID names this node to the allocator and in gossip. It must be
@@ -48,8 +50,9 @@ type Config struct {
 	// sends its rules within StartTimeout
 	Rules []Rule
 
-	// RPCTimeout bounds each lease call; a slower allocator is treated as
-	// unreachable. default: 250ms
+	// RPCTimeout bounds each lease call, retries on other allocators
+	// included; an allocator slower than its share of it is ejected.
+	// default: 250ms
 	RPCTimeout time.Duration
 
 	// CheckTimeout bounds each strict decision's call. default: 100ms

@@ -22,6 +22,8 @@ type metrics struct {
 	reachable  prometheus.Gauge
 	rpcSeconds *prometheus.HistogramVec
 	roundTrip  *prometheus.GaugeVec
+	ejected    *prometheus.GaugeVec
+	ejections  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "allot_client_lease_released_tokens_total", Help: "Unused tokens given back.",
 		}),
 		reachable: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "allot_client_allocator_reachable", Help: "1 while the allocator answers, 0 while the node is in fallback.",
+			Name: "allot_client_allocator_reachable", Help: "1 while an allocator answers, 0 while the node is in fallback (every allocator failed).",
 		}),
 		rpcSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "allot_client_rpc_seconds", Help: "Allocator call latency by method.",
@@ -55,8 +57,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "allot_client_allocator_round_trip_seconds",
 		Help: "Average Acquire round trip to each allocator; lease renewals leave early enough for the slowest.",
 	}, []string{"allocator"})
+	m.ejected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "allot_client_allocator_ejected",
+		Help: "1 while the allocator is ejected: it failed a call, and calls go to the other allocators until it answers a health probe.",
+	}, []string{"allocator"})
+	m.ejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "allot_client_allocator_ejections_total", Help: "Times the allocator was ejected.",
+	}, []string{"allocator"})
 	m.reachable.Set(1)
-	m.collectors = []prometheus.Collector{m.decisions, m.requests, m.wanted, m.granted, m.released, m.reachable, m.rpcSeconds, m.roundTrip}
+	m.collectors = []prometheus.Collector{m.decisions, m.requests, m.wanted, m.granted, m.released, m.reachable, m.rpcSeconds,
+		m.roundTrip, m.ejected, m.ejections}
 	if reg == nil {
 		return m, nil
 	}

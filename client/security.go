@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/resolver"
 )
 
 // transportOptions are the connection's credentials: TLS when Config.TLS is
@@ -40,19 +38,6 @@ func (c *Config) checkSecurity() error {
 		}
 	}
 	return nil
-}
-
-// address is one allocator for the resolver. With TLS and no
-// Config.TLS.ServerName, the allocator's certificate must carry the host it
-// is dialed by, so each allocator is checked against its own address.
-func (c *Client) address(addr string) resolver.Address {
-	a := resolver.Address{Addr: addr}
-	if c.cfg.TLS != nil && c.cfg.TLS.ServerName == "" {
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			a.ServerName = host
-		}
-	}
-	return a
 }
 
 // tokenCredentials sends the shared token with every call as

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -30,15 +28,14 @@ func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lea
 		}
 	}
 	done := t.c.metrics.rpc("Acquire")
-	var from peer.Peer
-	start := time.Now()
-	resp, err := t.c.api.Acquire(ctx, req, t.c.probing(), grpc.Peer(&from))
+	var from answer // the allocator that answered, and its attempt's time
+	resp, err := t.c.api.Acquire(ctx, req, t.c.probing(), &from)
 	done(err)
 	if err != nil {
 		return nil, "", t.c.classify(err)
 	}
-	if from.Addr != nil {
-		t.c.rtts.observe(from.Addr.String(), time.Since(start))
+	if from.addr != "" {
+		t.c.rtts.observe(from.addr, from.took)
 	}
 	grants := make([]lease.Grant, len(resp.GetLeases()))
 	for i, l := range resp.GetLeases() {

@@ -1,0 +1,507 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/lograte"
+)
+
+// allocators are a node's connections to its allocators, one per address,
+// and what the node knows of their health. A call goes to a healthy
+// allocator, round-robin. One that fails it as an outage would (no
+// connection, no answer in time) is ejected, and the call goes on to the
+// next within the caller's deadline: one sick allocator among several is
+// never an outage to the lease manager. An ejected allocator gets calls only
+// when every healthy one has failed them, and is healthy again once it
+// answers a health probe (or such a call).
+//
+// It is the grpc.ClientConnInterface the generated AllocatorClient runs on,
+// so Acquire, Release, Check and GetRules all fail over the same way.
+//
+// grpc's own balancing cannot do this: round_robin keeps picking an
+// allocator whose connection is open but which never answers (a SIGSTOPped
+// process, a black-holed link), and neither its retry policy, which has no
+// per-attempt deadline, nor outlier detection, which ejects on statistics
+// gathered over intervals of seconds, moves a hung call to another
+// allocator before the call's deadline.
+type allocators struct {
+	dial    []grpc.DialOption
+	clk     clock.Clock
+	log     *lograte.Logger
+	timeout func() time.Duration // a probe's deadline: a lease call's
+	// patience is the least time an attempt must have had for its timeout
+	// to eject the allocator: a caller whose own deadline leaves less (a
+	// request about to time out) says nothing about the allocator.
+	patience time.Duration
+
+	list atomic.Pointer[[]*allocator] // in the order set; replaced, never changed
+	next atomic.Uint64                // round-robin
+
+	mu        sync.Mutex // the fields below, each allocator's changes of sick, and its probe state
+	changed   chan struct{}
+	ejected   *prometheus.GaugeVec   // nil until the metrics exist
+	ejections *prometheus.CounterVec // nil until the metrics exist
+	closed    bool
+	probes    sync.WaitGroup
+}
+
+// allocator is one allocator's connection and health.
+type allocator struct {
+	addr   string
+	conn   *grpc.ClientConn
+	ctx    context.Context // ends when it leaves the list, or the client closes
+	cancel context.CancelFunc
+
+	sick atomic.Bool // ejected: read without the lock by every call
+
+	// under allocators.mu
+	probing bool          // a probe loop runs for it
+	wait    time.Duration // before its next probe
+	back    time.Time     // when it last returned to the round
+}
+
+// probeBackoff spaces the health probes of an ejected allocator: soon at
+// first, since most ejections are short (a restart, a pause), then every
+// few seconds, which is how late a node may notice that one is back. It
+// costs one health check per probe, and the other allocators serve
+// meanwhile.
+var probeBackoff = backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 2, Jitter: 0.2, MaxDelay: 2 * time.Second}
+
+// relapseWithin: an allocator ejected again this soon after its return is
+// not well (it answers health probes, not calls): its probes resume where
+// they stopped, and wait longer each time, instead of bringing it back
+// within 250ms to fail the next call again.
+const relapseWithin = 30 * time.Second
+
+// healthService is the name the allocators report their health under:
+// NOT_SERVING while their store is down or they are draining.
+var healthService = allotv1.Allocator_ServiceDesc.ServiceName
+
+func newAllocators(dial []grpc.DialOption, clk clock.Clock, log *slog.Logger, timeout func() time.Duration, patience time.Duration) *allocators {
+	p := &allocators{dial: dial, clk: clk, log: lograte.New(log, clk, 0, 0), timeout: timeout, patience: patience,
+		changed: make(chan struct{})}
+	p.list.Store(&[]*allocator{})
+	return p
+}
+
+// set makes addrs the allocators, in that order: new ones are dialed (and
+// start healthy), those that left are closed; calls in flight on them fail
+// over to the others.
+func (p *allocators) set(addrs []string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	old := map[string]*allocator{}
+	for _, a := range *p.list.Load() {
+		old[a.addr] = a
+	}
+	next := make([]*allocator, 0, len(addrs))
+	var errs []error
+	seen := map[string]bool{}
+	for _, addr := range addrs {
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		if a, ok := old[addr]; ok {
+			delete(old, addr)
+			next = append(next, a)
+			continue
+		}
+		// passthrough: the address is dialed as given, and with TLS its
+		// host is the name the certificate must carry, unless
+		// Config.TLS.ServerName says otherwise.
+		conn, err := grpc.NewClient("passthrough:///"+addr, p.dial...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("allocator %s: %w", addr, err))
+			continue
+		}
+		conn.Connect() // ready before the first call needs it
+		a := &allocator{addr: addr, conn: conn}
+		a.ctx, a.cancel = context.WithCancel(context.Background())
+		next = append(next, a)
+		p.publishLocked(a)
+	}
+	for _, a := range old {
+		a.cancel()
+		a.conn.Close()
+		if p.ejected != nil {
+			p.ejected.DeleteLabelValues(a.addr)
+			p.ejections.DeleteLabelValues(a.addr)
+		}
+	}
+	p.list.Store(&next)
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return errors.Join(errs...)
+}
+
+// setMetrics exports each allocator's state from now on.
+func (p *allocators) setMetrics(ejected *prometheus.GaugeVec, ejections *prometheus.CounterVec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ejected, p.ejections = ejected, ejections
+	for _, a := range *p.list.Load() {
+		p.publishLocked(a)
+	}
+}
+
+func (p *allocators) publishLocked(a *allocator) {
+	if p.ejected == nil {
+		return
+	}
+	v := 0.0
+	if a.sick.Load() {
+		v = 1
+	}
+	p.ejected.WithLabelValues(a.addr).Set(v)
+	p.ejections.WithLabelValues(a.addr) // present from the start, at 0
+}
+
+// answer, given to a call as a call option, learns which allocator
+// answered and how long that attempt took, without the failed ones.
+type answer struct {
+	grpc.EmptyCallOption
+	addr string
+	took time.Duration
+}
+
+// Invoke sends a call to the allocators in turn until one answers it, the
+// answer is an error that another allocator would give too (a rejection),
+// or the caller's deadline ends. While another healthy allocator follows,
+// an attempt has half of the time left: RPCTimeout spans at least three
+// round trips, so a healthy allocator has a round trip and a half to
+// answer, and one that never answers leaves as much to the next. The last
+// healthy one has all that is left, and ejected ones what it leaves; but a
+// call that waits for ready, made while the node thinks every allocator
+// down, shares its time among all of them, so that whichever comes back
+// first answers it.
+func (p *allocators) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	order, healthy, err := p.order(ctx, opts)
+	if err != nil {
+		return err
+	}
+	waits := waitsForReady(opts)
+	var failed []string
+	for i := 0; ; i++ { // the last allocator's attempt returns
+		a := order[i]
+		share := i+1 < healthy || ((waits || i >= healthy) && i+1 < len(order))
+		took, again, err := p.try(ctx, a, share, waits, method, args, reply, opts)
+		if err == nil {
+			p.restore(a, "it answered a call")
+			for _, o := range opts {
+				if ans, ok := o.(*answer); ok {
+					ans.addr, ans.took = a.addr, took
+				}
+			}
+			return nil
+		}
+		if !again || i+1 == len(order) {
+			// A refusal is the answer, as the allocator worded it: the
+			// lease manager reads which request it names.
+			if len(failed) == 0 || !isUnreachable(err) {
+				return err
+			}
+			s := status.Convert(err)
+			return status.Errorf(s.Code(), "%d allocators failed: %s; %s: %s", len(failed)+1, strings.Join(failed, "; "),
+				a.addr, s.Message())
+		}
+		failed = append(failed, fmt.Sprintf("%s: %s", a.addr, status.Convert(err).Message()))
+	}
+}
+
+// try makes one attempt on a, ejects a if its failure says it is sick,
+// and says whether the call may go on to another allocator.
+func (p *allocators) try(ctx context.Context, a *allocator, share, waits bool, method string, args, reply any,
+	opts []grpc.CallOption) (took time.Duration, again bool, err error) {
+	actx, cancel := p.attempt(ctx, share)
+	defer cancel()
+	budget := time.Duration(math.MaxInt64)
+	if deadline, ok := actx.Deadline(); ok {
+		budget = time.Until(deadline)
+	}
+	state := a.conn.GetState()
+	start := time.Now()
+	if err = a.conn.Invoke(actx, method, args, reply, opts...); err == nil {
+		return time.Since(start), false, nil
+	}
+	eject, next := verdict(ctx, err)
+	if eject && (status.Code(err) != codes.DeadlineExceeded || budget >= p.patience) {
+		p.eject(a, err)
+	}
+	// A call that failed fast on a connection that was not up never left
+	// the node; any other may have been applied.
+	sent := waits || state == connectivity.Ready || status.Code(err) != codes.Unavailable
+	return 0, next && resendable(args, sent), err
+}
+
+// NewStream opens a stream on a healthy allocator, without failover: the
+// allocators' service has no streams.
+func (p *allocators) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	order, _, err := p.order(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return order[0].conn.NewStream(ctx, desc, method, opts...)
+}
+
+// order lists the allocators for one call: the healthy ones round-robin,
+// then the ejected ones, as a last resort. With none known, a call that
+// waits for ready waits for one to be added.
+func (p *allocators) order(ctx context.Context, opts []grpc.CallOption) (order []*allocator, healthy int, err error) {
+	list := *p.list.Load()
+	for len(list) == 0 {
+		p.mu.Lock()
+		changed := p.changed
+		list = *p.list.Load()
+		p.mu.Unlock()
+		if len(list) > 0 {
+			break
+		}
+		if !waitsForReady(opts) {
+			return nil, 0, status.Error(codes.Unavailable, "allot: no allocator known")
+		}
+		select {
+		case <-changed:
+			list = *p.list.Load()
+		case <-ctx.Done():
+			return nil, 0, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	n := len(list)
+	start := int(p.next.Add(1) % uint64(n))
+	order = make([]*allocator, 0, n)
+	var sick []*allocator
+	for i := range n {
+		if a := list[(start+i)%n]; a.sick.Load() {
+			sick = append(sick, a)
+		} else {
+			order = append(order, a)
+		}
+	}
+	return append(order, sick...), len(order), nil
+}
+
+// attempt bounds one attempt: half of what is left of ctx's deadline when
+// it shares it, all of it otherwise. A call without a deadline gives a
+// shared attempt a lease call's.
+func (p *allocators) attempt(ctx context.Context, share bool) (context.Context, context.CancelFunc) {
+	if !share {
+		return ctx, func() {}
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		return context.WithTimeout(ctx, time.Until(deadline)/2)
+	}
+	return context.WithTimeout(ctx, p.timeout())
+}
+
+// verdict judges a failed attempt: whether its allocator is sick, and
+// whether another allocator may answer the call.
+func verdict(ctx context.Context, err error) (eject, next bool) {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return false, false // the caller gave up: that says nothing of the allocator
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Unknown:
+		// No connection, no answer within the attempt's time (which may
+		// have been all of the caller's), or a broken one.
+		return true, ctx.Err() == nil
+	case codes.Canceled, codes.ResourceExhausted, codes.Aborted:
+		// Its connection closed as it left the list, or it sheds load:
+		// it is alive.
+		return false, ctx.Err() == nil
+	}
+	return false, false // a rejection: any allocator would say the same
+}
+
+// resendable reports whether a call may go to another allocator after one
+// failed it, and fits args for that. sent says the failed allocator may
+// have applied it. Spending twice only under-admits: a Check, or the
+// consumption an Acquire reports, go again. Giving tokens back twice
+// would raise a key's quota: an Acquire goes again without the tokens it
+// returns (lost, as when the lease manager sees a call fail), a Release
+// does not go again.
+func resendable(args any, sent bool) bool {
+	if !sent {
+		return true
+	}
+	switch r := args.(type) {
+	case *allotv1.ReleaseRequest:
+		return false
+	case *allotv1.AcquireRequest:
+		for _, l := range r.GetRequests() {
+			l.Returned, l.ReturnedEpoch = 0, 0
+		}
+	}
+	return true
+}
+
+// waitsForReady reports whether a call waits for a connection rather than
+// failing fast on one that is down.
+func waitsForReady(opts []grpc.CallOption) bool {
+	wait := false
+	for _, o := range opts {
+		if ff, ok := o.(grpc.FailFastCallOption); ok {
+			wait = !ff.FailFast
+		}
+	}
+	return wait
+}
+
+// eject takes a out of the round until a probe finds it answering, unless
+// it is the last allocator in the round: ejecting that one would only give
+// its time to allocators already found sick, when it is the likeliest to
+// answer (a slow moment, not a dead allocator). So a lone allocator is
+// never ejected, and when all fail, all but one are.
+func (p *allocators) eject(a *allocator, cause error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || a.ctx.Err() != nil || a.sick.Load() || !p.othersHealthyLocked(a) {
+		return
+	}
+	a.sick.Store(true)
+	p.publishLocked(a)
+	if a.wait == 0 || p.clk.Now().Sub(a.back) > relapseWithin {
+		a.wait = probeBackoff.BaseDelay
+	} else {
+		p.backOffLocked(a)
+	}
+	if p.ejections != nil {
+		p.ejections.WithLabelValues(a.addr).Inc()
+	}
+	p.log.LogKeyed("ejected "+a.addr, slog.LevelWarn,
+		"allot: allocator ejected: calls go to the other allocators until it answers a health probe",
+		"allocator", a.addr, "err", cause)
+	if !a.probing {
+		a.probing = true
+		p.probes.Add(1)
+		go p.probe(a)
+	}
+}
+
+func (p *allocators) othersHealthyLocked(a *allocator) bool {
+	for _, b := range *p.list.Load() {
+		if b != a && !b.sick.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// restore puts a back in the round, if it was out.
+func (p *allocators) restore(a *allocator, why string) {
+	if !a.sick.Load() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.restoreLocked(a, why)
+}
+
+func (p *allocators) restoreLocked(a *allocator, why string) {
+	if !a.sick.Swap(false) {
+		return
+	}
+	a.back = p.clk.Now()
+	p.publishLocked(a)
+	p.log.LogKeyed("restored "+a.addr, slog.LevelInfo, "allot: allocator restored: "+why, "allocator", a.addr)
+}
+
+// probe asks an ejected allocator for its health, with backoff, until it
+// answers SERVING, it is restored by a call, or it leaves the list.
+func (p *allocators) probe(a *allocator) {
+	defer p.probes.Done()
+	health := healthpb.NewHealthClient(a.conn)
+	for {
+		p.mu.Lock()
+		wait := a.wait
+		p.mu.Unlock()
+		t := p.clk.NewTimer(time.Duration(float64(wait) * (1 + probeBackoff.Jitter*(2*rand.Float64()-1))))
+		select {
+		case <-a.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		if !p.stillSick(a) {
+			return
+		}
+		up := p.serving(a, health)
+		p.mu.Lock()
+		if up {
+			a.probing = false
+			p.restoreLocked(a, "it answered a health probe")
+			p.mu.Unlock()
+			return
+		}
+		p.backOffLocked(a)
+		p.mu.Unlock()
+	}
+}
+
+func (p *allocators) backOffLocked(a *allocator) {
+	a.wait = min(time.Duration(float64(a.wait)*probeBackoff.Multiplier), probeBackoff.MaxDelay)
+}
+
+// serving is one health probe: whether a answers SERVING (or answers at
+// all, without the health service) within a lease call's deadline.
+func (p *allocators) serving(a *allocator, health healthpb.HealthClient) bool {
+	ctx, cancel := context.WithTimeout(a.ctx, p.timeout())
+	defer cancel()
+	// Waiting for ready: a connection coming back within the deadline is
+	// given the chance to answer.
+	resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: healthService}, grpc.WaitForReady(true))
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING || status.Code(err) == codes.Unimplemented
+}
+
+// stillSick reports whether a is still ejected; when not, its probe loop
+// ends.
+func (p *allocators) stillSick(a *allocator) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !a.sick.Load() {
+		a.probing = false
+		return false
+	}
+	return true
+}
+
+// close ends the probes and closes every connection.
+func (p *allocators) close() error {
+	p.mu.Lock()
+	p.closed = true
+	list := *p.list.Load()
+	for _, a := range list {
+		a.cancel()
+	}
+	p.mu.Unlock()
+	p.probes.Wait()
+	var errs []error
+	for _, a := range list {
+		if err := a.conn.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
