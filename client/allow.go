@@ -165,7 +165,7 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 // first lease is on its way, and denies when it is down.
 func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool, key string, n int64, central bool) (Decision, spend, error) {
 	r := rs.rule
-	now := c.cfg.clock.Now()
+	now := c.cfg.Clock.Now()
 	down := c.mgr.Down()
 	// A served key waits for its next lease; so does a key whose share of
 	// the rate still runs while the allocator is down: that share is its
@@ -221,7 +221,7 @@ func (c *Client) awaitFirstLease(ctx context.Context, rs *ruleState, p *lease.Po
 	if wait <= 0 {
 		return Decision{}, spend{}, false
 	}
-	timer := c.cfg.clock.NewTimer(wait)
+	timer := c.cfg.Clock.NewTimer(wait)
 	defer timer.Stop()
 	for !p.Served() && !c.mgr.Down() {
 		select {
@@ -278,7 +278,7 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 		rs.counts.decide(false, ModeFallback)
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, nil
 	}
-	now := c.cfg.clock.Now()
+	now := c.cfg.Clock.Now()
 	bd := rs.shares.Get(r, key, now).AllowN(r, c.fleetSize(), now, n)
 	if bd.Allowed && rs.table == nil { // reported once the allocator is back
 		c.debts.add(r.Name, key, n, now)

@@ -75,7 +75,7 @@ func New(cfg Config) (*Client, error) {
 		}
 	}
 	c := &Client{cfg: cfg, refresh: make(chan struct{}, 1), stop: make(chan struct{})}
-	c.logLimit, _ = bucket.NewTokenBucketPer(3, 6, time.Minute, cfg.clock.Now())
+	c.logLimit, _ = bucket.NewTokenBucketPer(3, 6, time.Minute, cfg.Clock.Now())
 	if err := c.dial(); err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func New(cfg Config) (*Client, error) {
 	c.rtts.gauge = c.metrics.roundTrip
 	c.allocs.setMetrics(c.metrics.ejected, c.metrics.ejections)
 	c.mgr = lease.NewManager(lease.Config{
-		Transport: grpcTransport{c}, Clock: cfg.clock, Logger: cfg.Logger, Nodes: c.fleetSize,
+		Transport: grpcTransport{c}, Clock: cfg.Clock, Logger: cfg.Logger, Nodes: c.fleetSize,
 		RPCTimeout: cfg.RPCTimeout, Sweep: cfg.Lease.Sweep, BatchWindow: cfg.Lease.BatchWindow,
 		TokensOnly: cfg.Lease.TokensOnly, RoundTrip: c.rtts.slowest, Hooks: c.leaseHooks(),
 	})
@@ -151,7 +151,7 @@ func (c *Client) dial() error {
 	// default): a healthy allocator answers well within it, and a caller
 	// whose own deadline leaves less makes a timeout no sign of sickness.
 	patience := min(c.cfg.CheckTimeout, c.cfg.RPCTimeout) / 4
-	c.allocs = newAllocators(append(opts, c.cfg.DialOptions...), c.cfg.clock, c.cfg.Logger, c.leaseTimeout, patience)
+	c.allocs = newAllocators(append(opts, c.cfg.DialOptions...), c.cfg.Clock, c.cfg.Logger, c.leaseTimeout, patience)
 	c.api = allotv1.NewAllocatorClient(c.allocs)
 	if err := c.allocs.set(c.cfg.Allocators); err != nil {
 		c.allocs.close()
@@ -205,7 +205,7 @@ func (c *Client) discover() {
 // discoverLoop follows allocators joining and leaving the gossip pool.
 func (c *Client) discoverLoop() {
 	defer c.done.Done()
-	t := c.cfg.clock.NewTimer(discoverEvery)
+	t := c.cfg.Clock.NewTimer(discoverEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -288,7 +288,7 @@ func (c *Client) fetchRules(ctx context.Context, opts ...grpc.CallOption) error 
 // make the node apply one set, then the other, then the first again.
 func (c *Client) rulesLoop() {
 	defer c.done.Done()
-	t := c.cfg.clock.NewTimer(30 * time.Second)
+	t := c.cfg.Clock.NewTimer(30 * time.Second)
 	defer t.Stop()
 	for {
 		select {
@@ -382,7 +382,7 @@ func (c *Client) Close() error {
 
 // logMode logs a change of mode, at most a few times a minute.
 func (c *Client) logMode(msg string, args ...any) {
-	if c.logLimit.Allow(c.cfg.clock.Now()) {
+	if c.logLimit.Allow(c.cfg.Clock.Now()) {
 		c.cfg.Logger.Warn(msg, args...)
 	}
 }

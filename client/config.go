@@ -96,7 +96,10 @@ type Config struct {
 	// Lease tunes lease bookkeeping. The zero value is the default.
 	Lease LeaseConfig
 
-	clock clock.Clock // tests only
+	// Clock is the node's clock. It is for this module's tests, which step
+	// it (internal/clock is not importable from outside the module).
+	// default: the machine's clock
+	Clock clock.Clock
 }
 
 // LeaseConfig tunes how leases are kept. The defaults suit most fleets.
@@ -211,8 +214,8 @@ func (c *Config) fill() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.clock == nil {
-		c.clock = clock.Real()
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 	if c.NodeID == "" {
 		c.NodeID = defaultNodeID()
