@@ -183,7 +183,7 @@ func (f *fixture) settle() {
 			c := make(chan struct{})
 			f.m.sync <- c
 			<-c
-			if f.m.calls.Load() == parked() && len(f.m.results) == 0 && len(f.m.signals) == 0 {
+			if f.m.calls.Load() == parked() && len(f.m.results) == 0 && f.m.inbox.len() == 0 {
 				return
 			}
 		}

@@ -90,9 +90,10 @@ type Config struct {
 	// Nodes is the node's estimate of the fleet size, used to size a new
 	// key's first lease. default: 1
 	Nodes func() int
-	// Sweep is how often leases are expired, rates sampled and idle keys
-	// returned. Leases are treated as ending one sweep early so that no
-	// token outlives its TTL. default: 20ms
+	// Sweep is how often the keys that hold a share of a rate earn it and
+	// have their rate sampled; other keys cost the loop nothing until
+	// something is due for them (a lease that ends, an idle check). Leases
+	// are treated as ending one sweep early. default: 20ms
 	Sweep time.Duration
 	// BatchWindow is how long a refill waits for others to share its
 	// Acquire. default: 1ms
@@ -150,11 +151,13 @@ func (c *Config) fill() {
 }
 
 // Manager runs the lease loop of one node: one goroutine owns every pool's
-// bookkeeping; RPCs run beside it and report back over a channel.
+// bookkeeping; RPCs run beside it and report back over a channel. Its work
+// follows what is due: the keys holding a share every sweep, the others
+// when a deadline of theirs comes (timers) or the hot path asks (inbox).
 type Manager struct {
 	cfg     Config
 	clk     clock.Clock
-	signals chan *Pool
+	inbox   *inbox
 	results chan result
 	stop    chan struct{}
 	done    chan struct{}
@@ -176,10 +179,17 @@ type Manager struct {
 	// Acquire's answer or failure: callers waiting for a first lease.
 	answered atomic.Pointer[chan struct{}]
 
+	// forgotten holds the tables of rules that went, for the loop to empty.
+	forgotMu  sync.Mutex
+	forgotten []*Table
+
 	// owned by the loop
 	pending     []*Pool
 	flushAt     time.Time
-	delayed     delayQueue
+	delayed     deadlines          // keys' next requests
+	timers      deadlines          // keys' next bookkeeping
+	sharing     map[*Pool]struct{} // keys holding a share: visited every sweep
+	leaving     []*Pool            // evicted in this turn, returned together
 	backoff     time.Duration
 	nextAttempt time.Time
 	refused     time.Duration // backoff after calls refused as a whole
@@ -201,8 +211,11 @@ func NewManager(cfg Config) *Manager {
 	cfg.fill()
 	m := &Manager{
 		cfg: cfg, clk: cfg.Clock,
-		signals: make(chan *Pool, 4096),
+		inbox:   newInbox(),
 		results: make(chan result, 64),
+		delayed: deadlines{seq: func(p *Pool) *uint64 { return &p.own.delaySeq }},
+		timers:  deadlines{seq: func(p *Pool) *uint64 { return &p.own.timerSeq }},
+		sharing: make(map[*Pool]struct{}),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		sync:    make(chan chan struct{}),
@@ -228,13 +241,20 @@ func (m *Manager) Table(r *rules.Rule) *Table {
 	return t
 }
 
-// Forget drops the table of a rule that no longer exists; its pools are
-// returned at the next sweep.
+// Forget drops the table of a rule that no longer exists; the loop takes
+// its pools out and forgets what they held.
 func (m *Manager) Forget(name string) {
 	m.tablesMu.Lock()
-	defer m.tablesMu.Unlock()
-	if t, ok := m.tables[name]; ok {
+	t, ok := m.tables[name]
+	if ok {
 		t.gone.Store(true)
+	}
+	m.tablesMu.Unlock()
+	if ok {
+		m.forgotMu.Lock()
+		m.forgotten = append(m.forgotten, t)
+		m.forgotMu.Unlock()
+		m.inbox.put(nil)
 	}
 }
 
@@ -297,8 +317,7 @@ func (m *Manager) loop() {
 	for {
 		var synced chan struct{}
 		select {
-		case p := <-m.signals:
-			m.enqueue(p)
+		case <-m.inbox.wake:
 		case r := <-m.results:
 			m.apply(r)
 		case <-timer.C():
@@ -312,29 +331,66 @@ func (m *Manager) loop() {
 			return
 		}
 		now := m.now()
-		if !now.Before(m.nextSweep) {
-			m.sweep(now)
-			m.nextSweep = now.Add(m.cfg.Sweep)
-		}
-		m.flush(now)
+		m.turn(now)
 		timer.Stop()
-		timer.Reset(max(m.nextWake().Sub(now), 0))
+		if wake, ok := m.nextWake(); ok {
+			timer.Reset(max(wake.Sub(now), 0))
+		}
 		if synced != nil {
 			close(synced)
 		}
 	}
 }
 
-// nextWake is the earliest instant the loop has work without a signal.
-func (m *Manager) nextWake() time.Time {
-	wake := m.nextSweep
-	if len(m.pending) > 0 && m.flushAt.Before(wake) {
-		wake = m.flushAt
+// turn does what is due at now: the hot path's requests, the rules that
+// went, the shares' sweep, the keys whose deadline came, and the requests
+// to send.
+func (m *Manager) turn(now time.Time) {
+	for _, p := range m.inbox.take() {
+		if p != nil {
+			m.enqueue(p)
+		}
 	}
-	if at, ok := m.delayed.peek(); ok && at.Before(wake) {
-		wake = at
+	m.forgetTables(now)
+	if len(m.sharing) > 0 && !now.Before(m.nextSweep) {
+		m.tick(now)
+		m.nextSweep = now.Add(m.cfg.Sweep)
 	}
-	return wake
+	for {
+		p, ok := m.timers.popDue(now)
+		if !ok {
+			break
+		}
+		p.own.timerAt = time.Time{}
+		m.service(p, now)
+	}
+	m.flush(now)
+	m.evict()
+}
+
+// nextWake is the earliest instant the loop has work without being told;
+// none when nothing is due.
+func (m *Manager) nextWake() (time.Time, bool) {
+	var wake time.Time
+	ok := false
+	consider := func(at time.Time) {
+		if !ok || at.Before(wake) {
+			wake, ok = at, true
+		}
+	}
+	if len(m.sharing) > 0 {
+		consider(m.nextSweep)
+	}
+	if len(m.pending) > 0 {
+		consider(m.flushAt)
+	}
+	if at, due := m.delayed.peek(); due {
+		consider(at)
+	}
+	if at, due := m.timers.peek(); due {
+		consider(at)
+	}
+	return wake, ok
 }
 
 // Close stops the loop, waits for calls in flight, reports consumption and

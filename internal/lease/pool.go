@@ -72,11 +72,13 @@ type managerState struct {
 	inFlight     *flight
 	solo         bool // asks in a batch of its own after a rejected batch
 	lastSent     time.Time
-	seq          uint64  // the sequence number of the key's last request
-	unacked      *flight // a request that failed, to be sent again as it was
-	pending      bool    // in the manager's next batch
-	delaySeq     uint64  // the live entry of the pool in the delay queue
-	givingBack   bool    // a request giving the share back is on its way
+	seq          uint64    // the sequence number of the key's last request
+	unacked      *flight   // a request that failed, to be sent again as it was
+	pending      bool      // in the manager's next batch
+	delaySeq     uint64    // the live entry of the pool in the request queue
+	timerSeq     uint64    // the live entry of the pool in the timer queue
+	timerAt      time.Time // when that entry is due; zero: none
+	givingBack   bool      // a request giving the share back is on its way
 
 	// The share of the rule's rate (share.go): tokens per second earned from
 	// shareFrom until shareEnd; accrued holds the fraction of a token not
@@ -220,16 +222,12 @@ func (p *Pool) restoreConsumed(n int64, age time.Duration, sent time.Time) {
 }
 
 // WantRefill asks the manager for a lease unless one is already on its way.
-// It never blocks: when the manager's queue is full the sweep finds the key.
+// It never blocks (a short lock on the manager's inbox).
 func (p *Pool) WantRefill() {
 	if p.queued.Load() || !p.queued.CompareAndSwap(false, true) {
 		return
 	}
-	select {
-	case p.table.m.signals <- p:
-	default:
-		p.queued.Store(false)
-	}
+	p.table.m.inbox.put(p)
 }
 
 // taken is how many tokens Take has spent in all: what went in less what

@@ -2,47 +2,57 @@ package lease
 
 import (
 	"container/heap"
+	"sync"
 	"time"
 )
 
-// delayQueue holds keys whose next request must wait (a short grant's
-// retry-after, a share's renewal), earliest first. Only a pool's newest
-// entry is live: pushing it again, or scheduling it, leaves the older ones
-// stale, and they are skipped.
-type delayQueue struct{ items delayHeap }
+// deadlines holds pools with something due at an instant, earliest first:
+// the next request of a key (a short grant's retry, a share's renewal), or
+// the next time its bookkeeping needs the loop (a lease that ends, an idle
+// check). A pool has at most one live entry in each queue: pushing it
+// again leaves the older entries stale, and they are skipped.
+type deadlines struct {
+	items deadlineHeap
+	seq   func(*Pool) *uint64 // the pool's live entry in this queue
+}
 
-type delayed struct {
+type deadline struct {
 	at  time.Time
 	p   *Pool
 	seq uint64
 }
 
-type delayHeap []delayed
+type deadlineHeap []deadline
 
-func (h delayHeap) Len() int           { return len(h) }
-func (h delayHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h delayHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *delayHeap) Push(x any)        { *h = append(*h, x.(delayed)) }
-func (h *delayHeap) Pop() any {
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h *deadlineHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
+	old[len(old)-1] = deadline{}
 	*h = old[:len(old)-1]
 	return x
 }
 
-func (q *delayQueue) push(p *Pool, at time.Time) {
-	p.own.delaySeq++
-	heap.Push(&q.items, delayed{at: at, p: p, seq: p.own.delaySeq})
+func (q *deadlines) push(p *Pool, at time.Time) {
+	s := q.seq(p)
+	*s++
+	heap.Push(&q.items, deadline{at: at, p: p, seq: *s})
 }
 
+// cancel makes the pool's live entry stale.
+func (q *deadlines) cancel(p *Pool) { *q.seq(p)++ }
+
 // dropStale pops the stale entries at the top.
-func (q *delayQueue) dropStale() {
-	for len(q.items) > 0 && q.items[0].seq != q.items[0].p.own.delaySeq {
+func (q *deadlines) dropStale() {
+	for len(q.items) > 0 && q.items[0].seq != *q.seq(q.items[0].p) {
 		heap.Pop(&q.items)
 	}
 }
 
-func (q *delayQueue) peek() (time.Time, bool) {
+func (q *deadlines) peek() (time.Time, bool) {
 	q.dropStale()
 	if len(q.items) == 0 {
 		return time.Time{}, false
@@ -50,10 +60,46 @@ func (q *delayQueue) peek() (time.Time, bool) {
 	return q.items[0].at, true
 }
 
-func (q *delayQueue) popDue(now time.Time) (*Pool, bool) {
+func (q *deadlines) popDue(now time.Time) (*Pool, bool) {
 	q.dropStale()
 	if len(q.items) == 0 || q.items[0].at.After(now) {
 		return nil, false
 	}
-	return heap.Pop(&q.items).(delayed).p, true
+	return heap.Pop(&q.items).(deadline).p, true
+}
+
+// inbox carries the hot path's refill requests to the loop. It never
+// blocks and never drops one: a request that found the loop busy waits in
+// the list (one entry per pool at most: WantRefill marks the pool queued).
+type inbox struct {
+	mu    sync.Mutex
+	pools []*Pool
+	wake  chan struct{} // holds a value while the list is not empty
+}
+
+func newInbox() *inbox { return &inbox{wake: make(chan struct{}, 1)} }
+
+func (b *inbox) put(p *Pool) {
+	b.mu.Lock()
+	b.pools = append(b.pools, p)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the list.
+func (b *inbox) take() []*Pool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.pools
+	b.pools = nil
+	return out
+}
+
+func (b *inbox) len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pools)
 }

@@ -2,15 +2,26 @@ package lease
 
 import "context"
 
-// evict takes the pools out of their tables and returns their tokens. A
-// Take racing with the eviction fails on the sentinel and looks again.
-func (m *Manager) evict(pools []*Pool) {
-	rets := make([]Return, 0, len(pools))
-	for _, p := range pools {
+// leaveSoon marks an idle pool to leave at the end of the loop's turn.
+func (m *Manager) leaveSoon(p *Pool) { m.leaving = append(m.leaving, p) }
+
+// evict takes the pools that left in this turn out of their tables and
+// returns their tokens in one call. A Take racing with the eviction fails
+// on the sentinel and looks again.
+func (m *Manager) evict() {
+	if len(m.leaving) == 0 {
+		return
+	}
+	rets := make([]Return, 0, len(m.leaving))
+	for _, p := range m.leaving {
 		if ret, ok := m.leave(p); ok {
 			rets = append(rets, ret)
 		}
+		if t := p.table; t.gone.Load() && t.Len() == 0 {
+			m.drop(t)
+		}
 	}
+	m.leaving = m.leaving[:0]
 	if len(rets) == 0 {
 		return
 	}
@@ -27,6 +38,12 @@ func (m *Manager) evict(pools []*Pool) {
 // tokens of its lease and what its share earned beyond the pool's cap.
 func (m *Manager) leave(p *Pool) (Return, bool) {
 	left := p.tokens.Swap(evicted)
+	if left == evicted { // already gone
+		return Return{}, false
+	}
+	delete(m.sharing, p)
+	m.timers.cancel(p)
+	m.delayed.cancel(p)
 	p.table.keys.remove(p.key, p)
 	p.sharing.Store(false)
 	o := &p.own

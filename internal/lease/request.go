@@ -18,6 +18,7 @@ func (m *Manager) enqueue(p *Pool) {
 		return
 	}
 	m.init(p, now)
+	m.arm(p, now)
 	if at := p.NotBefore(); at.After(now) {
 		m.delayed.push(p, at)
 		return
@@ -80,6 +81,9 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 	for i, p := range pools {
 		o := &p.own
 		r := p.table.Rule()
+		if !o.lastSent.IsZero() { // (a new key asks for its share of a refresh: init)
+			m.taken(p, m.sample(p, now)) // its demand, for the size and the rate it asks
+		}
 		f := m.retry(p, r, now)
 		if f == nil {
 			f = &flight{want: m.wantTokens(p), wantRate: m.wantRate(p, r, now), sent: now,
@@ -133,6 +137,7 @@ func (m *Manager) apply(r result) {
 	m.observeRoundTrip(r.took)
 	for i, p := range r.pools {
 		m.grant(p, r.grants[i], now)
+		m.settled(p, now)
 	}
 	if r.version != "" && r.version != m.version {
 		m.version = r.version
@@ -160,6 +165,11 @@ func (m *Manager) failed(r result, now time.Time) {
 		}
 		o.inFlight = nil
 	}
+	defer func() {
+		for _, p := range r.pools {
+			m.settled(p, now)
+		}
+	}()
 	if rejected {
 		m.rejected(r, now)
 		return

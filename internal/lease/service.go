@@ -5,36 +5,119 @@ import (
 	"time"
 )
 
-// sweep adds what rate shares earned, expires leases, samples each key's
-// rate, resizes its lease, gives back the shares of keys gone quiet, asks
-// for refills the hot path could not ask for, and returns idle keys.
-func (m *Manager) sweep(now time.Time) {
-	var rets []*Pool
-	for _, t := range m.tableList() {
-		var taken int64
-		t.each(func(p *Pool) {
-			m.init(p, now)
-			m.accrue(p, now)
-			m.expire(p, now)
-			taken += m.sample(p, now)
-			if m.idle(p, now) {
-				rets = append(rets, p)
-				return
-			}
-			m.giveBack(p, now)
-			if p.consumed.Load() > 0 || (p.tokens.Load() < p.low.Load() && now.Sub(p.own.lastActive) < 2*m.cfg.Sweep) {
-				p.WantRefill()
-			}
-		})
-		if h := m.cfg.Hooks.Taken; h != nil && taken > 0 {
-			h(t.name, taken)
-		}
-		if t.gone.Load() && t.Len() == 0 {
-			m.drop(t)
+// tick runs every sweep while some keys hold a share of a rate: their
+// shares earn, their rates are sampled, and those gone quiet give their
+// shares back. No other key costs the tick anything.
+func (m *Manager) tick(now time.Time) {
+	for p := range m.sharing {
+		m.accrue(p, now)
+		m.expire(p, now)
+		m.taken(p, m.sample(p, now))
+		m.giveBack(p, now)
+		if p.own.share <= 0 { // it ended: back to its own deadlines
+			delete(m.sharing, p)
+			m.arm(p, now)
 		}
 	}
-	if len(rets) > 0 {
-		m.evict(rets)
+}
+
+// service does a key's bookkeeping when one of its deadlines comes: the
+// lease ends, the served time ends, the idle check. A key with nothing due
+// is not visited.
+func (m *Manager) service(p *Pool, now time.Time) {
+	if p.tokens.Load() < 0 { // evicted
+		return
+	}
+	m.init(p, now)
+	m.accrue(p, now)
+	m.expire(p, now)
+	m.taken(p, m.sample(p, now))
+	if m.idle(p, now) {
+		m.leaveSoon(p)
+		return
+	}
+	if p.consumed.Load() > 0 {
+		p.WantRefill()
+	}
+	m.arm(p, now)
+}
+
+// arm sets the key's next deadline: when its tokens (or an older lease's)
+// end, when it stops being served, when it may be idle. A key holding a
+// share is the tick's.
+func (m *Manager) arm(p *Pool, now time.Time) {
+	o := &p.own
+	if _, ok := m.sharing[p]; ok || p.tokens.Load() < 0 {
+		m.timers.cancel(p)
+		o.timerAt = time.Time{}
+		return
+	}
+	next := o.lastActive.Add(p.table.Rule().Lease.TTL / 2)
+	if o.carry > 0 {
+		next = minTime(next, o.carryExpiry)
+	}
+	if !o.expiry.IsZero() {
+		next = minTime(next, o.expiry)
+	}
+	if p.served.Load() {
+		next = minTime(next, o.servedUntil)
+	}
+	if !next.After(now) { // busy (a request on its way): look again later
+		next = now.Add(p.table.Rule().Lease.TTL / 2)
+	}
+	if o.timerAt.IsZero() || next.Before(o.timerAt) {
+		o.timerAt = next
+		m.timers.push(p, next)
+	}
+}
+
+// settled follows a key whose request has been answered (or has failed):
+// a key of a rule that went leaves; the others get their deadlines.
+func (m *Manager) settled(p *Pool, now time.Time) {
+	if p.table.gone.Load() {
+		m.service(p, now)
+		return
+	}
+	m.taken(p, m.sample(p, now)) // a key that was not sampled meanwhile
+	m.share(p, now)
+	m.arm(p, now)
+}
+
+// share notes that the key holds a share (or no longer does).
+func (m *Manager) share(p *Pool, now time.Time) {
+	if p.own.share > 0 {
+		if _, ok := m.sharing[p]; !ok {
+			m.sharing[p] = struct{}{}
+			m.timers.cancel(p)
+			p.own.timerAt = time.Time{}
+			if len(m.sharing) == 1 {
+				m.nextSweep = now.Add(m.cfg.Sweep)
+			}
+		}
+		return
+	}
+	delete(m.sharing, p)
+}
+
+// taken reports lease admissions to the owner's metrics.
+func (m *Manager) taken(p *Pool, n int64) {
+	if h := m.cfg.Hooks.Taken; h != nil && n > 0 {
+		h(p.table.name, n)
+	}
+}
+
+// forgetTables takes the pools of rules that went out of their tables:
+// nothing can be reported or returned for them any more.
+func (m *Manager) forgetTables(now time.Time) {
+	m.forgotMu.Lock()
+	tables := m.forgotten
+	m.forgotten = nil
+	m.forgotMu.Unlock()
+	for _, t := range tables {
+		t.each(func(p *Pool) { m.service(p, now) })
+		if t.Len() == 0 {
+			m.drop(t)
+		}
 	}
 }
 
