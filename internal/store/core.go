@@ -2,8 +2,8 @@ package store
 
 import (
 	"math"
-	"strconv"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/allot-dev/allot/internal/rules"
