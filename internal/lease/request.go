@@ -260,11 +260,12 @@ func (m *Manager) retry(p *Pool, r *rules.Rule, now time.Time) *flight {
 }
 
 // nextSeq numbers a key's new request. A key starts at a random number
-// below 2^52, so that a node restarted under the same name is not taken
-// for a retry of its former self.
+// below 2^31, so that a node restarted under the same name is not taken
+// for a retry of its former self (one chance in two billion, within the
+// holder's TTL), and the number stays short in the store.
 func (m *Manager) nextSeq(p *Pool) uint64 {
 	if p.own.seq == 0 {
-		p.own.seq = 1 + rand.Uint64N(1<<52)
+		p.own.seq = 1 + rand.Uint64N(1<<31)
 	}
 	p.own.seq++
 	return p.own.seq

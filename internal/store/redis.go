@@ -24,6 +24,7 @@ import (
 // round trip. Every failure to reach Redis wraps ErrUnavailable.
 type Redis struct {
 	client  redis.UniversalClient
+	cluster bool // a call may touch one key only: one hash slot
 	owned   bool // Close closes the client: DialRedis made it
 	timeout time.Duration
 	prefix  string
@@ -85,7 +86,8 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	if err := checkContextTimeouts(client); err != nil {
 		return nil, err
 	}
-	s := &Redis{client: client, timeout: opts.Timeout, prefix: opts.KeyPrefix}
+	_, cluster := client.(*redis.ClusterClient)
+	s := &Redis{client: client, cluster: cluster, timeout: opts.Timeout, prefix: opts.KeyPrefix}
 	if err := s.loadScripts(); err != nil {
 		return nil, err
 	}
@@ -326,49 +328,92 @@ func (s *Redis) key(r *rules.Rule, key string) string {
 	return s.prefix + ":" + scriptFor(r).tag + stateVariant(r) + ":{" + r.Name + "|" + key + "}"
 }
 
-// run sends one EVALSHA per call in one pipeline and returns the replies in
-// order. A call answered NOSCRIPT (Redis restarted, flushed its scripts, or
-// a cluster node never saw them) is sent again once with EVAL, which runs
-// the source and caches it for the next EVALSHA. NOSCRIPT means the script
-// did not run, so the retry cannot apply a request twice. The deadline
-// covers both round trips.
+// run sends the calls and returns their replies in order. On a single
+// Redis the calls of one algorithm go in one script call (a batch of keys
+// is one command, one TIME); on Redis Cluster each is its own, as a script
+// may touch one hash slot only. The script calls go in one pipeline. One
+// answered NOSCRIPT (Redis restarted, flushed its scripts, or a cluster
+// node never saw them) is sent again once with EVAL, which runs the source
+// and caches it for the next EVALSHA. NOSCRIPT means the script did not
+// run, so the retry cannot apply a request twice. The deadline covers both
+// round trips.
 func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]any, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(parent, s.timeout)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(calls))
-	s.send(ctx, calls, cmds, false)
+	batches := s.batches(calls)
+	cmds := make([]*redis.Cmd, len(batches))
+	s.send(ctx, batches, cmds, false)
 	if clearNoScript(cmds) {
-		s.send(ctx, calls, cmds, true)
+		s.send(ctx, batches, cmds, true)
 	}
 	out := make([][]any, len(calls))
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
 			return nil, s.failure(parent, err)
 		}
+		b := &batches[i]
 		v, err := cmd.Slice()
-		if err != nil {
-			return nil, fmt.Errorf("store: redis script %s replied %v: %w", calls[i].script.name, cmd.Val(), err)
+		if err != nil || len(v) != len(b.calls) {
+			return nil, fmt.Errorf("store: redis script %s replied %v for %d keys: %v", b.script.name, cmd.Val(), len(b.calls), err)
 		}
-		out[i] = v
+		for j, reply := range v {
+			item, ok := reply.([]any)
+			if !ok {
+				return nil, fmt.Errorf("store: redis script %s replied %v for key %d", b.script.name, reply, j)
+			}
+			out[b.calls[j]] = item
+		}
 	}
 	return out, nil
 }
 
-// send pipelines the calls whose slot in cmds is nil and fills it.
-func (s *Redis) send(ctx context.Context, calls []scriptCall, cmds []*redis.Cmd, eval bool) {
-	pipe := s.client.Pipeline()
+// batch is one script call: the calls it runs, by index, with their keys
+// and their arguments, each call's preceded by their count.
+type batch struct {
+	script *luaScript
+	calls  []int
+	keys   []string
+	args   []any
+}
+
+// maxBatchKeys bounds the keys of one script call, so that one call does
+// not hold Redis for long.
+const maxBatchKeys = 500
+
+func (s *Redis) batches(calls []scriptCall) []batch {
+	var out []batch
+	open := map[*luaScript]int{} // the batch still taking calls, per script
 	for i := range calls {
+		c := &calls[i]
+		j, ok := open[c.script]
+		if !ok || s.cluster || len(out[j].calls) == maxBatchKeys {
+			out = append(out, batch{script: c.script})
+			j = len(out) - 1
+			open[c.script] = j
+		}
+		b := &out[j]
+		b.calls = append(b.calls, i)
+		b.keys = append(b.keys, c.key)
+		b.args = append(append(b.args, len(c.args)), c.args...)
+	}
+	return out
+}
+
+// send pipelines the batches whose slot in cmds is nil and fills it.
+func (s *Redis) send(ctx context.Context, batches []batch, cmds []*redis.Cmd, eval bool) {
+	pipe := s.client.Pipeline()
+	for i := range batches {
 		if cmds[i] != nil {
 			continue
 		}
-		c := &calls[i]
+		b := &batches[i]
 		if eval {
-			cmds[i] = pipe.Eval(ctx, c.script.src, []string{c.key}, c.args...)
+			cmds[i] = pipe.Eval(ctx, b.script.src, b.keys, b.args...)
 		} else {
-			cmds[i] = pipe.EvalSha(ctx, c.script.sha, []string{c.key}, c.args...)
+			cmds[i] = pipe.EvalSha(ctx, b.script.sha, b.keys, b.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error

@@ -535,14 +535,30 @@ func TestRedisBatchIsOneRoundTrip(t *testing.T) {
 			t.Fatalf("lease %d: %+v", i, l)
 		}
 	}
-	if got := after["evalsha"]["calls"] - before["evalsha"]["calls"]; got != 50 {
-		t.Errorf("cmdstat_evalsha calls grew by %d, want 50", got)
+	// One algorithm's keys are one script call on a single Redis: one
+	// command, one TIME, one round trip.
+	if got := after["evalsha"]["calls"] - before["evalsha"]["calls"]; got != 1 {
+		t.Errorf("cmdstat_evalsha calls grew by %d, want 1 for the 50 keys", got)
+	}
+	if got := after["time"]["calls"] - before["time"]["calls"]; got != 1 {
+		t.Errorf("TIME ran %d times, want once for the batch", got)
 	}
 	if after["eval"]["calls"] != before["eval"]["calls"] {
 		t.Errorf("EVAL was called: the scripts loaded at NewRedis should serve")
 	}
-	if p, n, single := hook.pipelines.Load(), hook.pipelined.Load(), hook.single.Load(); p != 1 || n != 50 || single != 0 {
-		t.Errorf("%d pipelines carrying %d script calls, %d sent alone; want 1 pipeline of 50", p, n, single)
+	if p, n, single := hook.pipelines.Load(), hook.pipelined.Load(), hook.single.Load(); p != 1 || n != 1 || single != 0 {
+		t.Errorf("%d pipelines carrying %d script calls, %d sent alone; want 1 pipeline of 1", p, n, single)
+	}
+	// Two algorithms: a call each, in one pipeline.
+	w := slowRule(t, rules.FixedWindow, 100)
+	mixed := append(reqs[:3:3], store.AcquireRequest{Rule: w, Key: "w", Node: "n", Want: 5})
+	hook.pipelines.Store(0)
+	hook.pipelined.Store(0)
+	if _, err := s.Acquire(context.Background(), mixed); err != nil {
+		t.Fatal(err)
+	}
+	if p, n := hook.pipelines.Load(), hook.pipelined.Load(); p != 1 || n != 2 {
+		t.Errorf("token bucket and fixed window keys: %d pipelines carrying %d script calls, want 1 of 2", p, n)
 	}
 }
 

@@ -8,21 +8,24 @@
 -- for bit, and every number returned is already whole: Redis truncates Lua
 -- numbers to integers on the way out.
 --
--- KEYS[1] is the one key a call touches (one hash slot on Redis Cluster).
--- ARGV: op ('a' acquire, 'r' release, 'c' check), limit, period (µs),
--- burst, lease ttl (µs), then the operation's own arguments: for an
+-- A call runs one item per key of KEYS, in order, at one instant, and
+-- answers an array of the items' replies. (A batch of keys is one call on
+-- a single Redis; on Redis Cluster a call holds one key: one hash slot.)
+-- ARGV holds the items' arguments one after the other, each preceded by
+-- their count: op ('a' acquire, 'r' release, 'c' check), limit, period
+-- (µs), burst, lease ttl (µs), then the operation's own arguments: for an
 -- acquire node, want, consumed, the consumption's age (µs), the wanted
 -- rate (tokens/s), returned tokens and their epoch, the request's
 -- sequence number (0: none) and '1' when the rule is strict (the request
 -- only reports consumption); for a release node, tokens and epoch; for a
 -- check the cost.
 
-local key = KEYS[1]
-local op = ARGV[1]
-local limit = tonumber(ARGV[2])
-local period = tonumber(ARGV[3])
-local burst = tonumber(ARGV[4])
-local ttl = tonumber(ARGV[5])
+-- The item being run: its key and rule, and arg(i), its i-th argument.
+local key, op, limit, period, burst, ttl
+local base = 0
+local function arg(i)
+  return ARGV[base + i]
+end
 
 -- Must equal maxWaitUS in core.go.
 local max_wait = 2 ^ 50
@@ -260,24 +263,46 @@ local function debit_window(st, consumed, age)
   st.t = math.min(st.t + consumed, ceiling)
 end
 
-local function dispatch(acquire, release, check)
-  local now = now_us()
+-- run_item runs the current item.
+local function run_item(now, acquire, release, check)
   if op == 'a' and acquire then
     return acquire(now, {
-      node = ARGV[6],
-      want = tonumber(ARGV[7]),
-      consumed = tonumber(ARGV[8]),
-      age = tonumber(ARGV[9]),
-      want_rate = tonumber(ARGV[10]),
-      returned = tonumber(ARGV[11]),
-      returned_epoch = tonumber(ARGV[12]),
-      seq = tonumber(ARGV[13]),
-      strict = ARGV[14] == '1',
+      node = arg(6),
+      want = tonumber(arg(7)),
+      consumed = tonumber(arg(8)),
+      age = tonumber(arg(9)),
+      want_rate = tonumber(arg(10)),
+      returned = tonumber(arg(11)),
+      returned_epoch = tonumber(arg(12)),
+      seq = tonumber(arg(13)),
+      strict = arg(14) == '1',
     })
   elseif op == 'r' and release then
-    return release(now, ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]))
+    return release(now, arg(6), tonumber(arg(7)), tonumber(arg(8)))
   elseif op == 'c' then
-    return check(now, tonumber(ARGV[6]))
+    return check(now, tonumber(arg(6)))
   end
-  return redis.error_reply('ERR allot: unsupported operation ' .. tostring(op))
+  return nil
+end
+
+-- dispatch runs every item of the call; setup, if any, derives what the
+-- algorithm needs from the item's rule.
+local function dispatch(acquire, release, check, setup)
+  local now = now_us()
+  local replies, at = {}, 1
+  for i = 1, #KEYS do
+    base = at
+    key, op = KEYS[i], arg(1)
+    limit, period, burst, ttl = tonumber(arg(2)), tonumber(arg(3)), tonumber(arg(4)), tonumber(arg(5))
+    if setup then
+      setup()
+    end
+    local reply = run_item(now, acquire, release, check)
+    if reply == nil then
+      return redis.error_reply('ERR allot: unsupported operation ' .. tostring(op))
+    end
+    replies[i] = reply
+    at = at + tonumber(ARGV[at]) + 1
+  end
+  return replies
 end

@@ -2,9 +2,14 @@
 -- State: a hash with t (tokens, may be negative: bounded debt), s (µs of the
 -- last refill), x (expiry), a (rate lent) and the holders.
 
-local capacity = burst
-local rate = limit / period
-local per_second = limit * 1e6 / period
+-- The item's capacity, rate per µs and per second (see setup).
+local capacity, rate, per_second
+
+local function setup()
+  capacity = burst
+  rate = limit / period
+  per_second = limit * 1e6 / period
+end
 
 local function fresh(now)
   return { t = capacity, s = now, p = 0, holders = {} }
@@ -143,4 +148,4 @@ local function check(now, cost)
   return { allowed, remaining, retry, reset }
 end
 
-return dispatch(acquire, release, check)
+return dispatch(acquire, release, check, setup)
