@@ -149,7 +149,9 @@ func newFixtureWith(t *testing.T, configure func(*Config)) *fixture {
 	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st := store.NewMemory(clk)
 	tr := &storeTransport{s: st, set: set, node: "n1"}
-	cfg := Config{Transport: tr, Clock: clk, Sweep: 10 * time.Millisecond, BatchWindow: time.Millisecond}
+	// No gap between calls: the tests step the clock by a millisecond or two
+	// and expect each refill to leave at once (TestCallsArePaced has gaps).
+	cfg := Config{Transport: tr, Clock: clk, Sweep: 10 * time.Millisecond, BatchWindow: time.Millisecond, CallGap: time.Nanosecond}
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -600,5 +602,29 @@ func TestLostAnswerIsAppliedOnce(t *testing.T) {
 	// 100,000 - 40 consumed (once) - 100 granted (once) - 1.
 	if d.Remaining != 99859 {
 		t.Fatalf("central remaining %d, want 99859: the retry was applied again", d.Remaining)
+	}
+}
+
+// A flow of keys each asking once shares calls: at most one Acquire every
+// CallGap (unless one is full), each carrying every key that asked
+// meanwhile. 100 new keys over 20ms make 5 or 6 calls, not 20.
+func TestCallsArePaced(t *testing.T) {
+	f := newFixtureWith(t, func(c *Config) { c.CallGap, c.TokensOnly = 5*time.Millisecond, true })
+	tb := f.table("day")
+	for i := range 100 {
+		tb.Pool(fmt.Sprintf("k%d", i))
+		if i%5 == 4 {
+			f.clk.Advance(time.Millisecond)
+			f.settle()
+		}
+	}
+	f.step(20*time.Millisecond, time.Millisecond)
+	calls := f.tr.calls()
+	keys := 0
+	for _, n := range calls {
+		keys += n
+	}
+	if keys != 100 || len(calls) > 6 {
+		t.Fatalf("calls %v for 100 keys asking over 20ms, want at most 6 calls (the first, then one per 5ms)", calls)
 	}
 }

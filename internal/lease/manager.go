@@ -98,6 +98,10 @@ type Config struct {
 	// BatchWindow is how long a refill waits for others to share its
 	// Acquire. default: 1ms
 	BatchWindow time.Duration
+	// CallGap is the least time between two Acquire calls (unless one is
+	// full, MaxBatch keys): under a flow of keys each asking once, calls
+	// carry more keys each, and the store gets fewer. default: 5ms
+	CallGap time.Duration
 	// MaxBatch is the most keys in one Acquire or Release. default: 1000
 	MaxBatch int
 	// RPCTimeout bounds each call to the allocator; once a round trip is
@@ -141,6 +145,7 @@ func (c *Config) fill() {
 	}
 	def(&c.Sweep, 20*time.Millisecond)
 	def(&c.BatchWindow, time.Millisecond)
+	def(&c.CallGap, 5*time.Millisecond)
 	def(&c.RPCTimeout, 250*time.Millisecond)
 	def(&c.RateWindow, 500*time.Millisecond)
 	def(&c.BackoffBase, 50*time.Millisecond)
@@ -189,9 +194,12 @@ type Manager struct {
 	delayed     deadlines          // keys' next requests
 	timers      deadlines          // keys' next bookkeeping
 	sharing     map[*Pool]struct{} // keys holding a share: visited every sweep
-	leaving     []*Pool            // evicted in this turn, returned together
+	leaving     []*Pool            // evicted in this turn
+	returns     []Return           // what evicted keys give back, for the next Release
+	lastRelease time.Time
 	backoff     time.Duration
 	nextAttempt time.Time
+	lastCall    time.Time // when the last Acquire call went out
 	refused     time.Duration // backoff after calls refused as a whole
 	nextSweep   time.Time
 	version     string
@@ -365,7 +373,7 @@ func (m *Manager) turn(now time.Time) {
 		m.service(p, now)
 	}
 	m.flush(now)
-	m.evict()
+	m.evict(now)
 }
 
 // nextWake is the earliest instant the loop has work without being told;
@@ -389,6 +397,9 @@ func (m *Manager) nextWake() (time.Time, bool) {
 	}
 	if at, due := m.timers.peek(); due {
 		consider(at)
+	}
+	if len(m.returns) > 0 {
+		consider(m.lastRelease.Add(releaseGap))
 	}
 	return wake, ok
 }

@@ -1,30 +1,34 @@
 package lease
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // leaveSoon marks an idle pool to leave at the end of the loop's turn.
 func (m *Manager) leaveSoon(p *Pool) { m.leaving = append(m.leaving, p) }
 
-// evict takes the pools that left in this turn out of their tables and
-// returns their tokens in one call. A Take racing with the eviction fails
-// on the sentinel and looks again.
-func (m *Manager) evict() {
-	if len(m.leaving) == 0 {
-		return
-	}
-	rets := make([]Return, 0, len(m.leaving))
+// evict takes the pools that left in this turn out of their tables; what
+// they held goes back with the next Release, which waits up to releaseGap
+// for others (unless it is full): idle keys leave one by one, on their own
+// deadlines, and would otherwise make a call each. A Take racing with the
+// eviction fails on the sentinel and looks again.
+func (m *Manager) evict(now time.Time) {
 	for _, p := range m.leaving {
 		if ret, ok := m.leave(p); ok {
-			rets = append(rets, ret)
+			m.returns = append(m.returns, ret)
 		}
 		if t := p.table; t.gone.Load() && t.Len() == 0 {
 			m.drop(t)
 		}
 	}
 	m.leaving = m.leaving[:0]
-	if len(rets) == 0 {
+	if len(m.returns) == 0 || (len(m.returns) < m.cfg.MaxBatch && now.Before(m.lastRelease.Add(releaseGap))) {
 		return
 	}
+	m.lastRelease = now
+	rets := m.returns
+	m.returns = nil
 	m.rpcs.Add(1)
 	m.calls.Add(1)
 	go func() {
@@ -33,6 +37,10 @@ func (m *Manager) evict() {
 		m.release(context.Background(), rets)
 	}()
 }
+
+// releaseGap is the least time between two Release calls of idle keys.
+// Tokens given back later are conservative: nobody uses them meanwhile.
+const releaseGap = 100 * time.Millisecond
 
 // leave takes p out of its table for good and says what to give back: the
 // tokens of its lease and what its share earned beyond the pool's cap.
@@ -86,7 +94,8 @@ func (m *Manager) release(ctx context.Context, rets []Return) error {
 // outside leases and gives back every leased token.
 func (m *Manager) returnAll(ctx context.Context) error {
 	var retries, reports []Request // a key appears once per call: retries go first
-	var rets []Return
+	rets := m.returns              // evicted keys' that were waiting for their call
+	m.returns = nil
 	for _, t := range m.tableList() {
 		t.each(func(p *Pool) {
 			if f := p.own.unacked; f != nil && !t.gone.Load() { // it may not have been applied

@@ -55,6 +55,13 @@ func (m *Manager) flush(now time.Time) {
 		m.flushAt = m.nextAttempt
 		return
 	}
+	// Calls are paced: while many keys ask (a long tail of keys each asking
+	// once), they share fewer, fuller calls, which is what the store counts.
+	if next := m.lastCall.Add(m.cfg.CallGap); now.Before(next) && len(m.pending) < m.cfg.MaxBatch {
+		m.flushAt = next
+		return
+	}
+	m.lastCall = now
 	batch := make([]*Pool, 0, min(len(m.pending), m.cfg.MaxBatch))
 	for _, p := range m.pending {
 		p.own.pending = false

@@ -90,7 +90,7 @@ func (m *Manager) share(p *Pool, now time.Time) {
 			m.sharing[p] = struct{}{}
 			m.timers.cancel(p)
 			p.own.timerAt = time.Time{}
-			if len(m.sharing) == 1 {
+			if len(m.sharing) == 1 && !m.nextSweep.After(now) { // (a short lease may have brought it forward)
 				m.nextSweep = now.Add(m.cfg.Sweep)
 			}
 		}
