@@ -199,7 +199,7 @@ type Manager struct {
 	lastRelease time.Time
 	backoff     time.Duration
 	nextAttempt time.Time
-	lastCall    time.Time // when the last Acquire call went out
+	lastCall    time.Time     // when the last Acquire call went out
 	refused     time.Duration // backoff after calls refused as a whole
 	nextSweep   time.Time
 	version     string
