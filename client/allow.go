@@ -86,7 +86,7 @@ func (c *Client) AllowN(ctx context.Context, rule, key string, n int64) (Decisio
 		return Decision{}, err
 	}
 	if rs.table == nil {
-		return c.decideStrict(ctx, rs, key, n)
+		return c.decideStrict(ctx, rs, key, n, key)
 	}
 	d, _, err := c.take(ctx, rs, key, n, true)
 	return d, err
@@ -144,6 +144,14 @@ func (s spend) undo() {
 func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, central bool) (Decision, spend, error) {
 	for {
 		p := rs.table.Pool(key)
+		if p == nil { // a new key, and the node's key table is full
+			if !central {
+				rs.counts.decide(false, ModeStrict)
+				return Decision{Limit: rs.rule.Limit, RetryAfter: rs.rule.Lease.Refresh, Mode: ModeStrict, Rule: rs.rule.Name}, spend{}, nil
+			}
+			d, err := c.decideStrict(ctx, rs, key, n, overCapShare)
+			return d, spend{}, err
+		}
 		gen := p.Generation()
 		left, ok := p.Take(n)
 		if ok {
@@ -178,13 +186,13 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 	if r.Failure == rules.FailClosed {
 		p.Refused(n) // demand for the rate estimate; it also asks for the first lease
 		if !down && central {
-			d, err := c.decideStrict(ctx, rs, key, n)
+			d, err := c.decideStrict(ctx, rs, key, n, key)
 			return d, spend{}, err
 		}
 		rs.counts.decide(false, ModeFallback)
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, spend{}, nil
 	}
-	share := rs.shares.Get(r, key, now)
+	share := p.Fallback()
 	nodes := c.nodesFor(p.Holders())
 	if left, ok := p.LeftCentrally(); ok {
 		share.Cap(r, nodes, now, left/int64(nodes))
@@ -249,9 +257,15 @@ func leaseRetry(p *lease.Pool, r *rules.Rule, n int64) time.Duration {
 	return max(p.RetryIn(), made, time.Millisecond)
 }
 
+// overCapShare names the fallback share that the keys a full key table
+// leaves without a pool draw on together: not a valid key, so no key's.
+const overCapShare = ""
+
 // decideStrict asks the allocator; when it cannot answer, the rule's
-// failure mode decides.
-func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n int64) (Decision, error) {
+// failure mode decides: closed denies, open draws on the fallback share
+// named shareKey (the key's own, or the one all keys beyond a full key
+// table share, so that they stay within limit/N together).
+func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n int64, shareKey string) (Decision, error) {
 	r := rs.rule
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.CheckTimeout)
 	defer cancel()
@@ -279,7 +293,7 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, nil
 	}
 	now := c.cfg.Clock.Now()
-	bd := rs.shares.Get(r, key, now).AllowN(r, c.fleetSize(), now, n)
+	bd := rs.shares.Get(r, shareKey, now).AllowN(r, c.fleetSize(), now, n)
 	if bd.Allowed && rs.table == nil { // reported once the allocator is back
 		c.debts.add(r.Name, key, n, now)
 	}

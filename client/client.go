@@ -98,8 +98,17 @@ func New(cfg Config) (*Client, error) {
 	c.mgr = lease.NewManager(lease.Config{
 		Transport: grpcTransport{c}, Clock: cfg.Clock, Logger: cfg.Logger, Nodes: c.fleetSize,
 		RPCTimeout: cfg.RPCTimeout, Sweep: cfg.Lease.Sweep, BatchWindow: cfg.Lease.BatchWindow,
-		TokensOnly: cfg.Lease.TokensOnly, RoundTrip: c.rtts.slowest, Hooks: c.leaseHooks(),
+		TokensOnly: cfg.Lease.TokensOnly, RoundTrip: c.rtts.slowest, Hooks: c.leaseHooks(), MaxKeys: cfg.Lease.MaxKeys,
 	})
+	if err := c.metrics.watchKeys(c.mgr); err != nil {
+		c.mgr.Close(context.Background())
+		c.metrics.unregister()
+		if c.gossip != nil {
+			c.gossip.Leave(time.Second)
+		}
+		c.allocs.close()
+		return nil, err
+	}
 	c.rules.Store(&ruleTable{byName: map[string]*ruleState{}})
 	if initial != nil {
 		c.applyRules(initial)

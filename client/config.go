@@ -110,6 +110,13 @@ type LeaseConfig struct {
 	// BatchWindow is how long a refill waits to share one Acquire with
 	// others. default: 1ms
 	BatchWindow time.Duration
+	// MaxKeys caps the keys the node keeps state for, over all rules. A new
+	// key beyond it is decided by the allocator for each request (Check);
+	// when the allocator cannot answer, a failure: closed rule denies and an
+	// open one draws on one limit/N share that all such keys share. Idle
+	// keys leave (their state is returned) and make room.
+	// default: 1,000,000, about 0.5 GB at the bench's measured cost
+	MaxKeys int
 	// FirstLeaseWait is how long a request may wait for its key's first
 	// lease when the node's fallback share can admit nothing (a burst
 	// smaller than the fleet leaves each node less than a token): waiting a

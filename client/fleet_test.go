@@ -423,3 +423,58 @@ rules:
 		t.Fatalf("after the allocator came back: %+v; the 5 admitted while it was down were not debited", d)
 	}
 }
+
+// The key table is capped: a new key beyond Lease.MaxKeys gets no state on
+// the node and is decided by the allocator for each request; the count and
+// the refusals are exported.
+func TestKeyTableCap(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := newFleet(t, `
+rules:
+  - name: r
+    algorithm: token_bucket
+    limit: 100
+    period: 1m
+`, 1, func(i int, c *client.Config) { c.Lease.MaxKeys, c.Registerer = 3, reg })
+	n, ctx := f.nodes[0], context.Background()
+	modes := map[client.Mode]int{}
+	for i := range 5 {
+		d, err := n.AllowN(ctx, "r", fmt.Sprintf("k%d", i), 1)
+		if err != nil || !d.Allowed {
+			t.Fatalf("key %d: %+v, %v", i, d, err)
+		}
+		modes[d.Mode]++
+	}
+	if modes[client.ModeStrict] != 2 {
+		t.Fatalf("decisions by mode %v: want the 2 keys beyond the cap of 3 decided by the allocator (strict)", modes)
+	}
+	if got := gaugeValue(t, reg, "allot_client_keys"); got != 3 {
+		t.Fatalf("allot_client_keys %v, want 3", got)
+	}
+	if got := gaugeValue(t, reg, "allot_client_keys_over_cap_total"); got != 2 {
+		t.Fatalf("allot_client_keys_over_cap_total %v, want 2", got)
+	}
+	// The allocator saw the keys beyond the cap: 100 - 1 each.
+	if d, err := n.AllowN(ctx, "r", "k4", 1); err != nil || d.Mode != client.ModeStrict || d.Remaining != 98 {
+		t.Fatalf("a key beyond the cap again: %+v, %v; want a strict decision with 98 left", d, err)
+	}
+}
+
+func gaugeValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

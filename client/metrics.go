@@ -81,6 +81,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// watchKeys exports the key table's size and how often it was full.
+func (m *metrics) watchKeys(mgr *lease.Manager) error {
+	keys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "allot_client_keys", Help: "Keys the node keeps state for (lease pools), over all rules; capped at Lease.MaxKeys.",
+	}, func() float64 { return float64(mgr.Keys()) })
+	over := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "allot_client_keys_over_cap_total", Help: "Requests on a new key that found the key table full: decided by the allocator (Check) instead.",
+	}, func() float64 { return float64(mgr.OverCap()) })
+	for _, col := range []prometheus.Collector{keys, over} {
+		if m.reg != nil {
+			if err := m.reg.Register(col); err != nil {
+				return fmt.Errorf("client: Config.Registerer: %w", err)
+			}
+		}
+		m.collectors = append(m.collectors, col)
+	}
+	return nil
+}
+
 func (m *metrics) unregister() {
 	if m.reg == nil {
 		return

@@ -54,7 +54,7 @@ func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Deci
 		all = tighter(all, d)
 	}
 	if strict >= 0 {
-		d, err := c.decideStrict(ctx, states[strict], limits[strict].Key, n)
+		d, err := c.decideStrict(ctx, states[strict], limits[strict].Key, n, limits[strict].Key)
 		if err != nil || !d.Allowed {
 			undo()
 			return d, err

@@ -104,6 +104,10 @@ type Config struct {
 	CallGap time.Duration
 	// MaxBatch is the most keys in one Acquire or Release. default: 1000
 	MaxBatch int
+	// MaxKeys caps the pools the node holds, over all rules. A new key
+	// beyond it gets no pool (Table.Pool says nil) until idle keys leave.
+	// default: 1,000,000 (about 0.5 GB at the bench's measured cost)
+	MaxKeys int
 	// RPCTimeout bounds each call to the allocator; once a round trip is
 	// measured, Acquire waits at least three of them, so that an allocator
 	// far away is not taken for a dead one. default: 250ms
@@ -153,6 +157,9 @@ func (c *Config) fill() {
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1000
 	}
+	if c.MaxKeys <= 0 {
+		c.MaxKeys = 1_000_000
+	}
 }
 
 // Manager runs the lease loop of one node: one goroutine owns every pool's
@@ -168,6 +175,8 @@ type Manager struct {
 	done    chan struct{}
 	rpcs    sync.WaitGroup
 	calls   atomic.Int32 // RPCs in flight
+	keys    atomic.Int64 // pools held, over all tables
+	overCap atomic.Int64 // new keys refused a pool at MaxKeys
 	down    atomic.Bool
 	sync    chan chan struct{} // tests wait for the loop to catch up
 	closing sync.Once
@@ -295,6 +304,12 @@ func (m *Manager) sawHolders(n int) {
 func (m *Manager) MostHolders() int {
 	return int(max(m.mostHolders.Load(), m.mostHoldersBefore.Load()))
 }
+
+// Keys is the number of pools the node holds, over all rules.
+func (m *Manager) Keys() int { return int(m.keys.Load()) }
+
+// OverCap is how many times a new key found the table full (MaxKeys).
+func (m *Manager) OverCap() int64 { return m.overCap.Load() }
 
 // Down reports whether the allocator is unreachable.
 func (m *Manager) Down() bool { return m.down.Load() }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/rules"
 )
 
@@ -40,7 +41,12 @@ type Pool struct {
 	consumed      atomic.Int64
 	consumedSince atomic.Int64
 	holders       atomic.Int32 // the allocator's last count of this key's holders
-	notBefore     atomic.Int64 // ns of the manager's time before which no refill is sent
+	// fallback is the key's share of the rule on this node, limit/N, made
+	// the first time the key is decided without a lease. It lives with the
+	// pool, which stays until the share would be full again, so that a key
+	// back after a pause does not start from a fresh share.
+	fallback  atomic.Pointer[fallback.Share]
+	notBefore atomic.Int64 // ns of the manager's time before which no refill is sent
 	// remaining is what the allocator had left for the key after its last
 	// grant; fresh says no fallback decision has been made since then.
 	remaining atomic.Int64
@@ -149,6 +155,15 @@ func (p *Pool) Tokens() int64 { return max(p.tokens.Load(), 0) }
 
 // Served reports whether the allocator is deciding for this key.
 func (p *Pool) Served() bool { return p.served.Load() }
+
+// Fallback returns the key's fallback share, making it the first time.
+func (p *Pool) Fallback() *fallback.Share {
+	if s := p.fallback.Load(); s != nil {
+		return s
+	}
+	p.fallback.CompareAndSwap(nil, &fallback.Share{})
+	return p.fallback.Load()
+}
 
 // Sharing reports whether the pool earns a share of the rule's rate: its
 // node then keeps that share as its limit until the lease ends, allocator

@@ -49,6 +49,7 @@ func (m *Manager) leave(p *Pool) (Return, bool) {
 	if left == evicted { // already gone
 		return Return{}, false
 	}
+	m.keys.Add(-1)
 	delete(m.sharing, p)
 	m.timers.cancel(p)
 	m.delayed.cancel(p)

@@ -52,7 +52,7 @@ func (m *Manager) arm(p *Pool, now time.Time) {
 		o.timerAt = time.Time{}
 		return
 	}
-	next := o.lastActive.Add(p.table.Rule().Lease.TTL / 2)
+	next := o.lastActive.Add(idleAfter(p))
 	if o.carry > 0 {
 		next = minTime(next, o.carryExpiry)
 	}
@@ -189,7 +189,19 @@ func (m *Manager) idle(p *Pool, now time.Time) bool {
 	if p.own.inFlight != nil || p.own.unacked != nil || p.queued.Load() || p.consumed.Load() > 0 {
 		return false
 	}
-	return now.Sub(p.own.lastActive) >= p.table.Rule().Lease.TTL/2
+	return now.Sub(p.own.lastActive) >= idleAfter(p)
+}
+
+// idleAfter is how long a key without demand stays: half a lease TTL, and,
+// if it has a fallback share, until that share would be full again (the
+// rule's fill time): forgetting it earlier would hand the key a fresh
+// burst.
+func idleAfter(p *Pool) time.Duration {
+	r := p.table.Rule()
+	if p.fallback.Load() != nil {
+		return max(r.Lease.TTL/2, fillTime(r))
+	}
+	return r.Lease.TTL / 2
 }
 
 // drop forgets an emptied table of a rule that is gone.

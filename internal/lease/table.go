@@ -22,15 +22,27 @@ type Table struct {
 func (t *Table) Rule() *rules.Rule { return t.rule.Load() }
 
 // Pool returns the key's pool, creating it (and asking for its first lease)
-// when the key is new.
+// when the key is new, or nil when the key is new and the node already
+// holds Config.MaxKeys pools.
 func (t *Table) Pool(key string) *Pool {
 	if p := t.keys.load(key); p != nil {
 		return p
 	}
-	p, loaded := t.keys.loadOrStore(key, &Pool{table: t, key: key})
-	if !loaded {
-		p.WantRefill()
+	m := t.m
+	if m.keys.Add(1) > int64(m.cfg.MaxKeys) {
+		m.keys.Add(-1)
+		if p := t.keys.load(key); p != nil {
+			return p
+		}
+		m.overCap.Add(1)
+		return nil
 	}
+	p, loaded := t.keys.loadOrStore(key, &Pool{table: t, key: key})
+	if loaded {
+		m.keys.Add(-1)
+		return p
+	}
+	p.WantRefill()
 	return p
 }
 
