@@ -86,18 +86,29 @@ func (m *keyMap) remove(key string, p *Pool) {
 	}
 	for i, q := range *b {
 		if q == p {
-			next := make([]*Pool, 0, len(*b)-1)
-			next = append(append(next, (*b)[:i]...), (*b)[i+1:]...)
-			slot.Store(&next)
+			if len(*b) == 1 {
+				slot.Store(nil)
+			} else {
+				next := make([]*Pool, 0, len(*b)-1)
+				next = append(append(next, (*b)[:i]...), (*b)[i+1:]...)
+				slot.Store(&next)
+			}
 			m.count--
+			// A table emptied of most of its keys gives its buckets back.
+			if n := len(t.buckets); n > initialBuckets && m.count*maxPerBucket*8 < n {
+				m.resize(n / 4)
+			}
 			return
 		}
 	}
 }
 
-func (m *keyMap) grow() {
+func (m *keyMap) grow() { m.resize(2 * len(m.table.Load().buckets)) }
+
+// resize rebuilds the bucket array with n buckets.
+func (m *keyMap) resize(n int) {
 	old := m.table.Load()
-	t := newKeyTable(2 * len(old.buckets))
+	t := newKeyTable(max(n, initialBuckets))
 	for i := range old.buckets {
 		if b := old.buckets[i].Load(); b != nil {
 			for _, p := range *b {

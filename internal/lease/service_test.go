@@ -33,3 +33,20 @@ func TestQuietKeysCostNothing(t *testing.T) {
 		t.Fatal("the loop still has a deadline with no key left")
 	}
 }
+
+// The key map gives its buckets back when most keys leave.
+func TestKeyMapShrinks(t *testing.T) {
+	m := newKeyMap()
+	pools := make([]*Pool, 100_000)
+	for i := range pools {
+		pools[i] = &Pool{key: fmt.Sprint(i)}
+		m.loadOrStore(pools[i].key, pools[i])
+	}
+	grown := len(m.table.Load().buckets)
+	for _, p := range pools {
+		m.remove(p.key, p)
+	}
+	if n := len(m.table.Load().buckets); n != initialBuckets || m.len() != 0 {
+		t.Fatalf("%d buckets and %d keys after all of 100,000 left (%d at the peak), want %d and 0", n, m.len(), grown, initialBuckets)
+	}
+}
