@@ -202,6 +202,7 @@ func (s *Server) Release(ctx context.Context, req *allotv1.ReleaseRequest) (*all
 		return nil, err
 	}
 	rets := make([]store.Return, len(req.GetReturns()))
+	seen := make(map[ruleKey]int, len(rets))
 	for i, rt := range req.GetReturns() {
 		field := fmt.Sprintf("returns[%d]", i)
 		r, err := s.leasableRule(set, field+".rule", rt.GetRule())
@@ -214,6 +215,12 @@ func (s *Server) Release(ctx context.Context, req *allotv1.ReleaseRequest) (*all
 		if err := s.limits.checkTokens(field+".tokens", rt.GetTokens()); err != nil {
 			return nil, err
 		}
+		// One entry per key: a repeated one would be credited twice.
+		k := ruleKey{r.Name, rt.GetKey()}
+		if j, dup := seen[k]; dup {
+			return nil, invalid(field, "repeats the rule and key of returns[%d]", j)
+		}
+		seen[k] = i
 		rets[i] = store.Return{Rule: r, Key: rt.GetKey(), Node: req.GetNodeId(), Tokens: rt.GetTokens(), Epoch: rt.GetEpoch()}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

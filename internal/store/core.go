@@ -32,6 +32,11 @@ type holder struct {
 	rate     float64 // tokens per second of the rule's rate lent until until
 	seq      int64   // the holder's last applied request, 0: none
 	granted  int64   // the tokens that request was granted
+	// held is what the holder was lent in window epoch (0 for a token
+	// bucket) and has not given back: the most it may give back, with what
+	// its share earned since its last request.
+	held  float64
+	epoch int64
 }
 
 // newState is what a missing key means: a full bucket, an empty window.
@@ -165,7 +170,7 @@ func (st *state) estimate(r *rules.Rule, now, start int64) float64 {
 // hold records node as a holder wanting want tokens and wantRate tokens per
 // second until now+ttl, forgets expired holders, and returns the wants of
 // the other active holders and the count. Its share, if any, is lendRate's.
-func (st *state) hold(node string, want int64, wantRate float64, now, ttl int64) (others []int64, count int) {
+func (st *state) hold(node string, want int64, wantRate float64, now, ttl int64, held float64, epoch int64) (others []int64, count int) {
 	if st.holders == nil {
 		st.holders = make(map[string]holder)
 	}
@@ -176,8 +181,46 @@ func (st *state) hold(node string, want int64, wantRate float64, now, ttl int64)
 			others = append(others, h.want)
 		}
 	}
-	st.holders[node] = holder{until: now + ttl, want: want, wantRate: wantRate}
+	st.holders[node] = holder{until: now + ttl, want: want, wantRate: wantRate, held: held, epoch: epoch}
 	return others, len(st.holders)
+}
+
+// givable is what node may give back at now of what it was lent in window
+// epoch: its grants not given back yet, and what its share earned since
+// its last request, while its lease lasts. A node that holds no lease gives
+// back nothing: a Release or a return cannot credit tokens never lent.
+func (st *state) givable(node string, now, ttl, epoch int64) float64 {
+	h, ok := st.holders[node]
+	if !ok || h.until <= now || h.epoch != epoch {
+		return 0
+	}
+	return h.held + h.rate*float64(max(min(now, h.until)-(h.until-ttl), 0))/1e6
+}
+
+// giveBack credits what node returns, at most what it may give back, and
+// returns what it may still give back.
+func (st *state) giveBack(node string, now, ttl, epoch, tokens int64) (credited int64, left float64) {
+	can := st.givable(node, now, ttl, epoch)
+	credited = min(tokens, int64(math.Floor(can)))
+	return credited, can - float64(credited)
+}
+
+// capConsumed bounds what a node reports as admitted without a lease by
+// what its fallback share could have admitted since age ago: the burst and
+// the rate divided over the key's holders, the node counted. No report can
+// put another holder's key in debt beyond that.
+func (st *state) capConsumed(r *rules.Rule, node string, now, consumed int64, age time.Duration) int64 {
+	if consumed <= 0 {
+		return 0
+	}
+	n := 1
+	for h, o := range st.holders {
+		if h != node && o.until > now {
+			n++
+		}
+	}
+	limit := float64(r.Capacity())/float64(n) + float64(age.Microseconds())*ratePerUS(r)/float64(n)
+	return min(consumed, int64(math.Ceil(math.Min(limit, maxWaitUS))))
 }
 
 // lendRate lends node, which hold has just recorded, a share of the rule's
@@ -315,11 +358,13 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	capacity, rate := float64(r.Burst), ratePerUS(r)
 	st.refill(r, now)
-	st.tokens = math.Min(capacity, st.tokens+float64(req.Returned))
-	st.debitBucket(r, req.Consumed, req.ConsumedAge)
-	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl)
+	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned)
+	st.tokens = math.Min(capacity, st.tokens+float64(credited))
+	st.debitBucket(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge)
+	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl, held, 0)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
+	st.lent(req.Node, g)
 	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Rate: st.lendRate(r, req.Node, ttl)}
 	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 	if g < req.Want {
@@ -337,15 +382,23 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	limit, p := float64(r.Limit), periodUS(r)
 	epoch, start, at := st.roll(r, now)
-	st.credit(r, epoch, req.Returned, req.ReturnedEpoch)
-	st.debitWindow(r, req.Consumed, req.ConsumedAge)
-	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl)
+	// What the holder was lent in an ended window is gone with it: it may
+	// give back only what it was lent in this one.
+	credited, _ := st.giveBack(req.Node, now, ttl, req.ReturnedEpoch, req.Returned)
+	st.credit(r, epoch, credited, req.ReturnedEpoch)
+	held := st.givable(req.Node, now, ttl, epoch)
+	if req.ReturnedEpoch == epoch {
+		held -= float64(credited)
+	}
+	st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge)
+	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl, held, epoch)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {
 		used = st.estimate(r, at, start)
 	}
 	g := fairGrant(int64(math.Floor(math.Max(limit-used, 0))), req.Want, others)
 	st.tokens += float64(g)
+	st.lent(req.Node, g)
 	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Epoch: epoch}
 	l.Remaining = int64(math.Floor(math.Max(limit-used-float64(g), 0)))
 	end := start + p
@@ -464,16 +517,26 @@ func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64) int64 {
 // that has ended) and forgets the node as a holder, ending its share: the
 // refill first counts the share up to now.
 func (st *state) release(r *rules.Rule, now int64, ret *Return) {
+	ttl := r.Lease.TTL.Microseconds()
 	switch r.Algorithm {
 	case rules.TokenBucket:
 		st.refill(r, now)
+		credited, _ := st.giveBack(ret.Node, now, ttl, 0, ret.Tokens)
 		delete(st.holders, ret.Node)
-		st.tokens = math.Min(float64(r.Burst), st.tokens+float64(ret.Tokens))
+		st.tokens = math.Min(float64(r.Burst), st.tokens+float64(credited))
 	case rules.FixedWindow, rules.SlidingWindow:
+		credited, _ := st.giveBack(ret.Node, now, ttl, ret.Epoch, ret.Tokens)
 		delete(st.holders, ret.Node)
 		epoch, _, _ := st.roll(r, now)
-		st.credit(r, epoch, ret.Tokens, ret.Epoch)
+		st.credit(r, epoch, credited, ret.Epoch)
 	}
+}
+
+// lent adds a grant to what the holder may give back.
+func (st *state) lent(node string, g int64) {
+	h := st.holders[node]
+	h.held += float64(g)
+	st.holders[node] = h
 }
 
 // credit takes n tokens of the window of index from back out of a window

@@ -51,16 +51,19 @@ local function call_chunked(cmd, list)
   end
 end
 
--- parse_holder reads a holder field's value, "<until µs>:<want>", with a
--- rate share ":<wanted rate>:<lent rate>" (tokens/s) after it, and with a
--- sequence number ":<seq>:<granted>" after that.
+-- parse_holder reads a holder field's value: "<until µs>:<want>", then, as
+-- far as they are not zero, ":<wanted rate>:<lent rate>" (tokens/s),
+-- ":<seq>:<granted>", and ":<held>:<epoch>" (what it may give back, lent
+-- in window epoch).
 local function parse_holder(v)
   local h, i = {}, 1
   for part in string.gmatch(v, '[^:]+') do
     h[i] = tonumber(part)
     i = i + 1
   end
-  h[3], h[4], h[5], h[6] = h[3] or 0, h[4] or 0, h[5] or 0, h[6] or 0
+  for j = 3, 8 do
+    h[j] = h[j] or 0
+  end
   return h
 end
 
@@ -142,7 +145,7 @@ end
 -- hold records node as a holder wanting want tokens and want_rate tokens
 -- per second until now+ttl, forgets expired holders, and returns the wants
 -- of the other active holders and the count. Its share is lend_rate's.
-local function hold(st, node, want, want_rate, now)
+local function hold(st, node, want, want_rate, now, held, epoch)
   local others, count, dead = {}, 1, {}
   for n, h in pairs(st.holders) do
     if h[1] <= now then
@@ -156,9 +159,48 @@ local function hold(st, node, want, want_rate, now)
   if #dead > 0 then
     call_chunked('HDEL', dead)
   end
-  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0 }
+  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0, held, epoch }
   st.held = node
   return others, count
+end
+
+-- givable is core.go's givable: what node may give back at now of what it
+-- was lent in window epoch.
+local function givable(st, node, now, epoch)
+  local h = st.holders[node]
+  if h == nil or h[1] <= now or h[8] ~= epoch then
+    return 0
+  end
+  return h[7] + h[4] * math.max(math.min(now, h[1]) - (h[1] - ttl), 0) / 1e6
+end
+
+-- give_back is core.go's giveBack: the tokens credited, and what node may
+-- still give back.
+local function give_back(st, node, now, epoch, tokens)
+  local can = givable(st, node, now, epoch)
+  local credited = math.min(tokens, math.floor(can))
+  return credited, can - credited
+end
+
+-- cap_consumed is core.go's capConsumed, capacity being the rule's.
+local function cap_consumed(st, capacity, node, now, consumed, age)
+  if consumed <= 0 then
+    return 0
+  end
+  local n = 1
+  for h, o in pairs(st.holders) do
+    if h ~= node and o[1] > now then
+      n = n + 1
+    end
+  end
+  local cap = capacity / n + age * (limit / period) / n
+  return math.min(consumed, math.ceil(math.min(cap, max_wait)))
+end
+
+-- lent is core.go's lent: a grant adds to what the holder may give back.
+local function lent(st, node, g)
+  local h = st.holders[node]
+  h[7] = h[7] + g
 end
 
 -- remember records what the holder's request was granted, under its
@@ -236,11 +278,15 @@ local function save(st, now, fields)
     local h = st.holders[st.held]
     fields[#fields + 1] = 'h:' .. st.held
     local v = fmt(h[1]) .. ':' .. fmt(h[2])
-    if h[3] > 0 or h[5] > 0 then
+    local held = h[7] ~= 0 or h[8] ~= 0
+    if h[3] > 0 or h[5] > 0 or held then
       v = v .. ':' .. fmt(h[3]) .. ':' .. fmt(h[4])
     end
-    if h[5] > 0 then
+    if h[5] > 0 or held then
       v = v .. ':' .. fmt(h[5]) .. ':' .. fmt(h[6])
+    end
+    if held then
+      v = v .. ':' .. fmt(h[7]) .. ':' .. fmt(h[8])
     end
     fields[#fields + 1] = v
   end

@@ -51,12 +51,18 @@ local function acquire(now, req)
     return again
   end
   local epoch, start, at = roll(st, now)
-  credit(st, epoch, req.returned, req.returned_epoch)
-  debit_window(st, req.consumed, req.age)
-  local others, holders = hold(st, req.node, req.want, req.want_rate, now)
+  local credited = give_back(st, req.node, now, req.returned_epoch, req.returned)
+  credit(st, epoch, credited, req.returned_epoch)
+  local held = givable(st, req.node, now, epoch)
+  if req.returned_epoch == epoch then
+    held = held - credited
+  end
+  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age)
+  local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
   local used = st.t
   local g = fair_grant(math.floor(math.max(limit - used, 0)), req.want, others)
   st.t = st.t + g
+  lent(st, req.node, g)
   remember(st, req, g)
   local remaining = math.floor(math.max(limit - used - g, 0))
   local stop = start + period
@@ -74,13 +80,14 @@ end
 -- Only a return into the current window is credited; a missing state is an
 -- empty window and takes nothing back.
 local function release(now, node, tokens, ret_epoch)
-  local st = load(now)
+  local st = load(now, true)
   if not st then
     return {}
   end
+  local credited = give_back(st, node, now, ret_epoch, tokens)
   forget(st, node)
   local epoch = roll(st, now)
-  credit(st, epoch, tokens, ret_epoch)
+  credit(st, epoch, credited, ret_epoch)
   save_window(st, now)
   return {}
 end

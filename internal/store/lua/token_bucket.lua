@@ -97,11 +97,13 @@ local function acquire(now, req)
     return again
   end
   refill(st, now)
-  st.t = math.min(capacity, st.t + req.returned)
-  debit(st, req.consumed, req.age)
-  local others, holders = hold(st, req.node, req.want, req.want_rate, now)
+  local credited, held = give_back(st, req.node, now, 0, req.returned)
+  st.t = math.min(capacity, st.t + credited)
+  debit(st, cap_consumed(st, capacity, req.node, now, req.consumed, req.age), req.age)
+  local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, 0)
   local g = fair_grant(math.floor(math.max(st.t, 0)), req.want, others)
   st.t = st.t - g
+  lent(st, req.node, g)
   local share = lend_rate(st, req.node)
   remember(st, req, g)
   local remaining = math.floor(math.max(st.t, 0))
@@ -120,13 +122,14 @@ end
 -- A missing state is a full bucket: a return to it changes nothing, so
 -- nothing is written.
 local function release(now, node, tokens)
-  local st = load(now)
+  local st = load(now, true)
   if not st then
     return {}
   end
   refill(st, now)
+  local credited = give_back(st, node, now, 0, tokens)
   forget(st, node)
-  st.t = math.min(capacity, st.t + tokens)
+  st.t = math.min(capacity, st.t + credited)
   save_bucket(st, now)
   return {}
 end

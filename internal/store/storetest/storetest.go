@@ -155,15 +155,31 @@ func testBucketConsumed(t *testing.T, h Harness) {
 
 func testBucketDebt(t *testing.T, h Harness) {
 	s, r := h.New(t), bucketRule(t, 100)
+	// Each report stops at the node's fallback share (the capacity over
+	// the holders, the reporter counted): a node alone empties the bucket.
 	acquire(t, s, r, "k", "n1", 0, 1_000_000)
-	// The debt is at most one capacity: returning 150 tokens leaves 50.
-	ret := []store.Return{{Rule: r, Key: "k", Node: "n1", Tokens: 150}}
-	if err := s.Release(context.Background(), ret); err != nil {
-		t.Fatal(err)
+	if d := debtWait(t, s, r, "k"); d < 23*time.Hour || d > 25*time.Hour {
+		t.Fatalf("100 tokens come in %v after one node's report of a million, want about 24h: the report stops at its share", d)
 	}
-	if l := acquire(t, s, r, "k", "n1", 100, 0); l.Granted != 50 {
-		t.Fatalf("granted %d, want 50: debt must be capped at the capacity (100)", l.Granted)
+	// More nodes report: the debt stops at one capacity, and 100 more
+	// tokens take two days at 100 a day (the 100 owed, then the 100 asked).
+	for _, n := range []string{"n2", "n3", "n4", "n5"} {
+		acquire(t, s, r, "k", n, 0, 1_000_000)
 	}
+	if d := debtWait(t, s, r, "k"); d < 47*time.Hour || d > 49*time.Hour {
+		t.Fatalf("100 tokens come in %v after reports of millions, want about 48h: the debt must be capped at the capacity (100)", d)
+	}
+}
+
+// debtWait is how long 100 tokens of the key take to come, asked by a
+// node that holds nothing: the debt shows in it (100 a day, slow).
+func debtWait(t *testing.T, s store.Store, r *rules.Rule, key string) time.Duration {
+	t.Helper()
+	l := acquire(t, s, r, key, "observer", 100, 0)
+	if l.Granted != 0 {
+		t.Fatalf("a bucket in debt granted %d", l.Granted)
+	}
+	return l.RetryAfter
 }
 
 // Consumption reported late (after an outage) leaves only the debt the
@@ -186,20 +202,18 @@ func testOldConsumption(t *testing.T, h Harness) {
 	// 100 a day: half a day repays 50 of the 100 of debt; a day repays all.
 	r := bucketRule(t, 100)
 	report(r, "half", slow/2)
-	give(r, "half", 150, 0)
-	if l := acquire(t, s, r, "half", "n1", 100, 0); l.Granted != 100 {
-		t.Fatalf("granted %d after consumption half a day old and 150 returned, want 100 (debt 50)", l.Granted)
+	if d := debtWait(t, s, r, "half"); d < 35*time.Hour || d > 37*time.Hour {
+		t.Fatalf("100 tokens come in %v after consumption half a day old, want about 36h (a debt of 50)", d)
 	}
 	report(r, "day", slow)
-	give(r, "day", 30, 0)
-	if l := acquire(t, s, r, "day", "n1", 100, 0); l.Granted != 30 {
-		t.Fatalf("granted %d after consumption a day old and 30 returned, want 30 (no debt)", l.Granted)
+	if d := debtWait(t, s, r, "day"); d < 23*time.Hour || d > 25*time.Hour {
+		t.Fatalf("100 tokens come in %v after consumption a day old, want about 24h (no debt)", d)
 	}
 	// A window is not charged beyond its limit for consumption older than it.
 	w := windowRule(t, rules.FixedWindow, 50, slow)
-	l0 := acquire(t, s, w, "old", "n1", 0, 0)
+	l0 := acquire(t, s, w, "old", "n1", 10, 0)
 	report(w, "old", slow+time.Hour)
-	give(w, "old", 10, l0.Epoch)
+	give(w, "old", 10, l0.Epoch) // the 10 it was lent
 	if l := acquire(t, s, w, "old", "n1", 50, 0); l.Epoch == l0.Epoch && l.Granted != 10 {
 		t.Fatalf("granted %d in a window charged with old consumption, want 10", l.Granted)
 	}
