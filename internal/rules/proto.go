@@ -30,6 +30,8 @@ func (s *Set) ToProto() *allotv1.GetRulesResponse {
 			Burst:     r.Burst,
 			Failure:   failure,
 			Strict:    r.Strict,
+			Shadow:    r.Shadow,
+			Overrides: overridesToProto(r.Overrides),
 			Lease: &allotv1.LeaseTuning{
 				Min:     r.Lease.Min,
 				Max:     r.Lease.Max,
@@ -51,12 +53,16 @@ func FromProto(resp *allotv1.GetRulesResponse) (*Set, error) {
 			Period: pr.GetPeriod().AsDuration(),
 			Burst:  pr.GetBurst(),
 			Strict: pr.GetStrict(),
+			Shadow: pr.GetShadow(),
 			Lease: LeaseTuning{
 				Min:     pr.GetLease().GetMin(),
 				Max:     pr.GetLease().GetMax(),
 				TTL:     pr.GetLease().GetTtl().AsDuration(),
 				Refresh: pr.GetLease().GetRefresh().AsDuration(),
 			},
+		}
+		for _, o := range pr.GetOverrides() {
+			r.Overrides = append(r.Overrides, Override{Key: o.GetKey(), Match: o.GetMatch(), Limit: o.GetLimit(), Burst: o.GetBurst()})
 		}
 		for a, p := range algorithmToProto {
 			if p == pr.GetAlgorithm() {
@@ -79,4 +85,15 @@ func FromProto(resp *allotv1.GetRulesResponse) (*Set, error) {
 		return nil, fmt.Errorf("rules from the allocator: %w", err)
 	}
 	return s, nil
+}
+
+func overridesToProto(os []Override) []*allotv1.KeyOverride {
+	if len(os) == 0 {
+		return nil
+	}
+	out := make([]*allotv1.KeyOverride, len(os))
+	for i, o := range os {
+		out[i] = &allotv1.KeyOverride{Key: o.Key, Match: o.Match, Limit: o.Limit, Burst: o.Burst}
+	}
+	return out
 }

@@ -74,7 +74,16 @@ type Rule struct {
 	Burst     int64         // capacity; equals Limit for window algorithms
 	Failure   Failure
 	Strict    bool // decided by Check for every request; true for sliding_log
-	Lease     LeaseTuning
+	// Shadow decides and counts but never refuses: nodes admit what the
+	// rule would refuse and report it (Decision.Shadow, metrics). This is
+	// how a new rule is rolled out.
+	Shadow bool
+	Lease  LeaseTuning
+	// Overrides give some keys limits of their own (override.go).
+	Overrides []Override
+
+	keyed *keyed // the overrides' rules, by key; nil without overrides
+	base  *Rule  // for an override's rule, the rule it overrides
 }
 
 // LeaseTuning bounds the leases nodes ask for.
@@ -174,7 +183,10 @@ func (r *Rule) Normalize() error {
 		}
 		r.Strict = true
 	}
-	return r.normalizeLease(bad)
+	if err := r.normalizeLease(bad); err != nil {
+		return err
+	}
+	return r.normalizeOverrides(bad)
 }
 
 func (r *Rule) normalizeBurst(bad func(string, string, ...any) error) error {

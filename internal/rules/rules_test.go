@@ -207,7 +207,7 @@ rules:
 	b, _ := s.Get("b")
 	want := Rule{Name: "b", Algorithm: TokenBucket, Limit: 5, Period: time.Second, Burst: 5, Failure: FailOpen,
 		Lease: LeaseTuning{Min: 2, Max: 5, TTL: time.Second, Refresh: 100 * time.Millisecond}}
-	if *b != want {
+	if !sameRule(b, &want) {
 		t.Fatalf("b = %+v, want %+v", *b, want)
 	}
 	// A rule given twice through an alias is a duplicate name.

@@ -56,7 +56,9 @@ func (s *Set) Version() string { return s.version }
 func (s *Set) hash() string {
 	var b strings.Builder
 	for _, r := range s.list {
-		fmt.Fprintf(&b, "%+v\n", *r)
+		c := *r
+		c.keyed = nil // derived from Overrides, and a pointer
+		fmt.Fprintf(&b, "%+v\n", c)
 	}
 	if s.envoy != nil { // a file without an envoy section keeps its version
 		fmt.Fprintf(&b, "envoy %s\n", s.envoy.digest)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -88,9 +89,20 @@ func (p *parser) fail(n *yaml.Node, rule, field, format string, args ...any) err
 	return &FieldError{File: p.file, Line: n.Line, Rule: rule, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
+// lineOf is the line of the field an error names, or of the nearest field
+// around it that the file holds ("overrides[2]" for a missing
+// "overrides[2].limit"), or of the rule.
 func (p *parser) lineOf(fe *FieldError) int {
-	if l, ok := p.lines[fe.Rule+"\x00"+fe.Field]; ok {
-		return l
+	field := fe.Field
+	for field != "" {
+		if l, ok := p.lines[fe.Rule+"\x00"+field]; ok {
+			return l
+		}
+		i := strings.LastIndexByte(field, '.')
+		if i < 0 {
+			break
+		}
+		field = field[:i]
 	}
 	return p.lines[fe.Rule+"\x00"]
 }
@@ -197,10 +209,14 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 		r.Failure, err = parseFailure(v.Value)
 	case "strict":
 		r.Strict, err = strconv.ParseBool(v.Value)
+	case "shadow":
+		r.Shadow, err = strconv.ParseBool(v.Value)
 	case "lease":
 		return p.lease(&r.Lease, label, v)
+	case "overrides":
+		return p.overrides(r, label, v)
 	default:
-		err = errors.New("unknown field (name, algorithm, limit, period, burst, failure, strict, lease)")
+		err = errors.New("unknown field (name, algorithm, limit, period, burst, failure, strict, shadow, lease, overrides)")
 	}
 	if err != nil {
 		return p.fail(v, label, fieldName(name), "%v", err)
@@ -241,6 +257,58 @@ func (p *parser) lease(l *LeaseTuning, label string, n *yaml.Node) error {
 	return nil
 }
 
+// overrides reads a rule's overrides: a list of mappings of key or match,
+// limit and burst. Normalize checks what they say.
+func (p *parser) overrides(r *Rule, label string, n *yaml.Node) error {
+	if n.Kind != yaml.SequenceNode {
+		return p.fail(n, label, "overrides", "must be a list of overrides (key or match, limit, burst)")
+	}
+	if len(n.Content) > MaxOverrides {
+		return p.fail(n, label, "overrides", "holds %d overrides, at most %d", len(n.Content), MaxOverrides)
+	}
+	r.Overrides = make([]Override, len(n.Content))
+	for i, item := range n.Content {
+		item = deref(item)
+		field := fmt.Sprintf("overrides[%d]", i)
+		p.lines[label+"\x00"+field] = item.Line
+		if item.Kind != yaml.MappingNode {
+			return p.fail(item, label, field, "must be a mapping (key or match, limit, burst)")
+		}
+		o := &r.Overrides[i]
+		seen := make(map[string]bool)
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			k, v := deref(item.Content[j]), deref(item.Content[j+1])
+			sub := field + "." + k.Value
+			if seen[k.Value] {
+				return p.fail(k, label, fieldName(sub), "given twice")
+			}
+			seen[k.Value] = true
+			p.lines[label+"\x00"+sub] = k.Line
+			var err error
+			switch k.Value {
+			case "key", "match":
+				if v.Kind != yaml.ScalarNode || v.Value == "" {
+					err = errors.New("must be a non-empty string")
+				} else if k.Value == "key" {
+					o.Key = v.Value
+				} else {
+					o.Match = v.Value
+				}
+			case "limit":
+				o.Limit, err = scalarInt(v)
+			case "burst":
+				o.Burst, err = scalarInt(v)
+			default:
+				err = errors.New("unknown field (key, match, limit, burst)")
+			}
+			if err != nil {
+				return p.fail(v, label, fieldName(sub), "%v", err)
+			}
+		}
+	}
+	return nil
+}
+
 // deref is the node an alias stands for; any other node is itself. An
 // alias node's Value is its anchor's name, never to be read as the value.
 // yaml.v3 keeps an alias as a pointer to the anchored node, not a copy, so
@@ -254,7 +322,7 @@ func deref(n *yaml.Node) *yaml.Node {
 }
 
 // plainField is a field's name as Allot spells them: "limit", "lease.ttl".
-var plainField = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+var plainField = regexp.MustCompile(`^[A-Za-z0-9_-]+(\[[0-9]+\])?(\.[A-Za-z0-9_-]+(\[[0-9]+\])?)*$`)
 
 // fieldName is how an error names a field of the file: as it is, or quoted
 // when the file spells it oddly (empty, or with spaces or a line break) so

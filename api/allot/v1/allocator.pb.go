@@ -906,8 +906,13 @@ type Rule struct {
 	Failure Failure `protobuf:"varint,6,opt,name=failure,proto3,enum=allot.v1.Failure" json:"failure,omitempty"`
 	// Strict rules are decided centrally for each request (Check), never
 	// leased. Sliding-log rules are always strict.
-	Strict        bool         `protobuf:"varint,7,opt,name=strict,proto3" json:"strict,omitempty"`
-	Lease         *LeaseTuning `protobuf:"bytes,8,opt,name=lease,proto3" json:"lease,omitempty"`
+	Strict bool         `protobuf:"varint,7,opt,name=strict,proto3" json:"strict,omitempty"`
+	Lease  *LeaseTuning `protobuf:"bytes,8,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Shadow rules decide and count but never refuse: nodes admit what the
+	// rule would refuse, and report it.
+	Shadow bool `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// Keys with limits of their own; the rest of the rule applies to them.
+	Overrides     []*KeyOverride `protobuf:"bytes,10,rep,name=overrides,proto3" json:"overrides,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -998,6 +1003,94 @@ func (x *Rule) GetLease() *LeaseTuning {
 	return nil
 }
 
+func (x *Rule) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *Rule) GetOverrides() []*KeyOverride {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+// KeyOverride gives one key, or the keys a pattern matches, their own
+// limit and burst. A key an exact override names takes it; else the first
+// pattern (in order) that matches.
+type KeyOverride struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One key, exactly; or
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// a pattern, where '*' stands for any run of characters.
+	Match string `protobuf:"bytes,2,opt,name=match,proto3" json:"match,omitempty"`
+	Limit int64  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The capacity, for token_bucket rules; as the allocator filled it in.
+	Burst         int64 `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyOverride) Reset() {
+	*x = KeyOverride{}
+	mi := &file_allot_v1_allocator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyOverride) ProtoMessage() {}
+
+func (x *KeyOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_allot_v1_allocator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyOverride.ProtoReflect.Descriptor instead.
+func (*KeyOverride) Descriptor() ([]byte, []int) {
+	return file_allot_v1_allocator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *KeyOverride) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyOverride) GetMatch() string {
+	if x != nil {
+		return x.Match
+	}
+	return ""
+}
+
+func (x *KeyOverride) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *KeyOverride) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 type LeaseTuning struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Smallest and largest lease a node asks for.
@@ -1014,7 +1107,7 @@ type LeaseTuning struct {
 
 func (x *LeaseTuning) Reset() {
 	*x = LeaseTuning{}
-	mi := &file_allot_v1_allocator_proto_msgTypes[12]
+	mi := &file_allot_v1_allocator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1119,7 @@ func (x *LeaseTuning) String() string {
 func (*LeaseTuning) ProtoMessage() {}
 
 func (x *LeaseTuning) ProtoReflect() protoreflect.Message {
-	mi := &file_allot_v1_allocator_proto_msgTypes[12]
+	mi := &file_allot_v1_allocator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1132,7 @@ func (x *LeaseTuning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseTuning.ProtoReflect.Descriptor instead.
 func (*LeaseTuning) Descriptor() ([]byte, []int) {
-	return file_allot_v1_allocator_proto_rawDescGZIP(), []int{12}
+	return file_allot_v1_allocator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseTuning) GetMin() int64 {
@@ -1128,7 +1221,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x0fGetRulesRequest\"R\n" +
 	"\x10GetRulesResponse\x12$\n" +
 	"\x05rules\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x05rules\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\x9e\x02\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\xeb\x02\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x13.allot.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1137,7 +1230,15 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12+\n" +
 	"\afailure\x18\x06 \x01(\x0e2\x11.allot.v1.FailureR\afailure\x12\x16\n" +
 	"\x06strict\x18\a \x01(\bR\x06strict\x12+\n" +
-	"\x05lease\x18\b \x01(\v2\x15.allot.v1.LeaseTuningR\x05lease\"\x93\x01\n" +
+	"\x05lease\x18\b \x01(\v2\x15.allot.v1.LeaseTuningR\x05lease\x12\x16\n" +
+	"\x06shadow\x18\t \x01(\bR\x06shadow\x123\n" +
+	"\toverrides\x18\n" +
+	" \x03(\v2\x15.allot.v1.KeyOverrideR\toverrides\"a\n" +
+	"\vKeyOverride\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05match\x18\x02 \x01(\tR\x05match\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\"\x93\x01\n" +
 	"\vLeaseTuning\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\x03R\x03min\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\x03R\x03max\x12+\n" +
@@ -1172,7 +1273,7 @@ func file_allot_v1_allocator_proto_rawDescGZIP() []byte {
 }
 
 var file_allot_v1_allocator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_allot_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_allot_v1_allocator_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_allot_v1_allocator_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: allot.v1.Algorithm
 	(Failure)(0),                // 1: allot.v1.Failure
@@ -1188,38 +1289,40 @@ var file_allot_v1_allocator_proto_goTypes = []any{
 	(*GetRulesRequest)(nil),     // 11: allot.v1.GetRulesRequest
 	(*GetRulesResponse)(nil),    // 12: allot.v1.GetRulesResponse
 	(*Rule)(nil),                // 13: allot.v1.Rule
-	(*LeaseTuning)(nil),         // 14: allot.v1.LeaseTuning
-	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
+	(*KeyOverride)(nil),         // 14: allot.v1.KeyOverride
+	(*LeaseTuning)(nil),         // 15: allot.v1.LeaseTuning
+	(*durationpb.Duration)(nil), // 16: google.protobuf.Duration
 }
 var file_allot_v1_allocator_proto_depIdxs = []int32{
 	3,  // 0: allot.v1.AcquireRequest.requests:type_name -> allot.v1.LeaseRequest
-	15, // 1: allot.v1.LeaseRequest.consumed_age:type_name -> google.protobuf.Duration
+	16, // 1: allot.v1.LeaseRequest.consumed_age:type_name -> google.protobuf.Duration
 	5,  // 2: allot.v1.AcquireResponse.leases:type_name -> allot.v1.Lease
-	15, // 3: allot.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	15, // 4: allot.v1.Lease.retry_after:type_name -> google.protobuf.Duration
+	16, // 3: allot.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	16, // 4: allot.v1.Lease.retry_after:type_name -> google.protobuf.Duration
 	7,  // 5: allot.v1.ReleaseRequest.returns:type_name -> allot.v1.Return
-	15, // 6: allot.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	15, // 7: allot.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	16, // 6: allot.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 7: allot.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
 	13, // 8: allot.v1.GetRulesResponse.rules:type_name -> allot.v1.Rule
 	0,  // 9: allot.v1.Rule.algorithm:type_name -> allot.v1.Algorithm
-	15, // 10: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	16, // 10: allot.v1.Rule.period:type_name -> google.protobuf.Duration
 	1,  // 11: allot.v1.Rule.failure:type_name -> allot.v1.Failure
-	14, // 12: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
-	15, // 13: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
-	15, // 14: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
-	2,  // 15: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
-	6,  // 16: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
-	9,  // 17: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
-	11, // 18: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
-	4,  // 19: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
-	8,  // 20: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
-	10, // 21: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
-	12, // 22: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	15, // 12: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
+	14, // 13: allot.v1.Rule.overrides:type_name -> allot.v1.KeyOverride
+	16, // 14: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
+	16, // 15: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
+	2,  // 16: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
+	6,  // 17: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
+	9,  // 18: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
+	11, // 19: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
+	4,  // 20: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
+	8,  // 21: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
+	10, // 22: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
+	12, // 23: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_allot_v1_allocator_proto_init() }
@@ -1233,7 +1336,7 @@ func file_allot_v1_allocator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allot_v1_allocator_proto_rawDesc), len(file_allot_v1_allocator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
