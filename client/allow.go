@@ -59,6 +59,10 @@ type Decision struct {
 	// Rule names the rule the decision is about: for AllowAll, the rule
 	// that refused, or the one with the least remaining.
 	Rule string
+	// Shadow says that a shadow rule would have refused this request and
+	// let it pass: Allowed is true, and the rest of the decision is the
+	// refusal's. Shadow rules are how a new rule is rolled out.
+	Shadow bool
 }
 
 // Allow reports whether one request for key under rule may proceed. An
@@ -81,33 +85,57 @@ func (c *Client) Allow(ctx context.Context, rule, key string) bool {
 // AllowN decides a request that costs n tokens. On a key that holds leased
 // tokens it is an in-memory step: no network, no clock, no allocation.
 func (c *Client) AllowN(ctx context.Context, rule, key string, n int64) (Decision, error) {
-	rs, err := c.state(rule, key, n)
-	if err != nil {
-		return Decision{}, err
-	}
-	if rs.table == nil {
-		return c.decideStrict(ctx, rs, key, n, key)
-	}
-	d, _, err := c.take(ctx, rs, key, n, true)
+	d, _, err := c.decide(ctx, c.rules.Load().byName[rule], rule, key, n)
 	return d, err
+}
+
+// decide decides a request on rs, the state of rule (nil if unknown), and
+// says where its tokens came from. A shadow rule's refusal is let through.
+func (c *Client) decide(ctx context.Context, rs *ruleState, rule, key string, n int64) (Decision, spend, error) {
+	if err := c.check(rs, rule, key, n); err != nil {
+		return Decision{}, spend{}, err
+	}
+	var d Decision
+	var sp spend
+	var err error
+	if rs.table == nil {
+		d, err = c.decideStrict(ctx, rs, key, n, key)
+	} else {
+		d, sp, err = c.take(ctx, rs, key, n, true)
+	}
+	return shadow(rs, d), sp, err
+}
+
+// shadow lets a shadow rule's refusal through, marked.
+func shadow(rs *ruleState, d Decision) Decision {
+	if !d.Allowed && rs.rule.Shadow && d.Rule != "" {
+		d.Allowed, d.Shadow = true, true
+	}
+	return d
 }
 
 // state finds the rule and checks the request's shape.
 func (c *Client) state(rule, key string, n int64) (*ruleState, error) {
 	rs := c.rules.Load().byName[rule]
+	return rs, c.check(rs, rule, key, n)
+}
+
+// check checks a request on rs, the state of rule (nil if unknown).
+func (c *Client) check(rs *ruleState, rule, key string, n int64) error {
+	var err error
 	switch {
 	case c.closed.Load():
-		return nil, ErrClosed
+		err = ErrClosed
 	case rs == nil:
-		return nil, c.unknownRule(rule)
+		err = c.unknownRule(rule)
 	case !validKey(key):
-		return nil, ErrInvalidKey
+		err = ErrInvalidKey
 	case n <= 0:
-		return nil, ErrInvalidCost
-	case n > rs.rule.Capacity():
-		return nil, fmt.Errorf("%w: cost %d, capacity %d of rule %q", ErrCostAboveCapacity, n, rs.rule.Capacity(), rule)
+		err = ErrInvalidCost
+	case n > rs.rule.ForKey(key).Capacity():
+		err = fmt.Errorf("%w: cost %d, capacity %d of rule %q for this key", ErrCostAboveCapacity, n, rs.rule.ForKey(key).Capacity(), rule)
 	}
-	return rs, nil
+	return err
 }
 
 func (c *Client) unknownRule(rule string) error {
@@ -127,14 +155,18 @@ type spend struct {
 	n     int64
 }
 
-func (s spend) undo() {
+// undo gives the tokens back and reports how many went back: none when
+// their lease has ended since, or when the allocator decided (strict).
+func (s spend) undo() int64 {
 	switch {
 	case s.share != nil:
 		s.share.Refund(s.n)
 		s.pool.Unconsume(s.n)
-	case s.pool != nil:
-		s.pool.Give(s.n, s.gen)
+		return s.n
+	case s.pool != nil && s.pool.Give(s.n, s.gen):
+		return s.n
 	}
+	return 0
 }
 
 // take decides a leasable rule: lease tokens first, else what the key may
@@ -146,8 +178,9 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 		p := rs.table.Pool(key)
 		if p == nil { // a new key, and the node's key table is full
 			if !central {
+				r := rs.rule.ForKey(key)
 				rs.counts.decide(false, ModeStrict)
-				return Decision{Limit: rs.rule.Limit, RetryAfter: rs.rule.Lease.Refresh, Mode: ModeStrict, Rule: rs.rule.Name}, spend{}, nil
+				return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeStrict, Rule: r.Name}, spend{}, nil
 			}
 			d, err := c.decideStrict(ctx, rs, key, n, overCapShare)
 			return d, spend{}, err
@@ -155,7 +188,7 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 		gen := p.Generation()
 		left, ok := p.Take(n)
 		if ok {
-			return Decision{Allowed: true, Limit: rs.rule.Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name},
+			return Decision{Allowed: true, Limit: p.Rule().Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name},
 				spend{pool: p, gen: gen, n: n}, nil
 		}
 		if left >= 0 {
@@ -172,7 +205,7 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 // without the allocator: it asks it for this request (Check) while the
 // first lease is on its way, and denies when it is down.
 func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool, key string, n int64, central bool) (Decision, spend, error) {
-	r := rs.rule
+	r := p.Rule()
 	now := c.cfg.Clock.Now()
 	down := c.mgr.Down()
 	// A served key waits for its next lease; so does a key whose share of
@@ -246,7 +279,7 @@ func (c *Client) awaitFirstLease(ctx context.Context, rs *ruleState, p *lease.Po
 		return Decision{}, spend{}, false
 	}
 	// Counted with the lease's other admissions, by the sweep.
-	return Decision{Allowed: true, Limit: rs.rule.Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name},
+	return Decision{Allowed: true, Limit: p.Rule().Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name},
 		spend{pool: p, gen: gen, n: n}, true
 }
 
@@ -266,7 +299,7 @@ const overCapShare = ""
 // named shareKey (the key's own, or the one all keys beyond a full key
 // table share, so that they stay within limit/N together).
 func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n int64, shareKey string) (Decision, error) {
-	r := rs.rule
+	r := rs.rule.ForKey(key)
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.CheckTimeout)
 	defer cancel()
 	done := c.metrics.rpc("Check")

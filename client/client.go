@@ -250,9 +250,13 @@ func (c *Client) Rule(name string) (Rule, bool) {
 		return Rule{}, false
 	}
 	r := rs.rule
-	return Rule{Name: r.Name, Algorithm: r.Algorithm.String(), Limit: r.Limit, Period: r.Period, Burst: r.Burst,
+	out := Rule{Name: r.Name, Algorithm: r.Algorithm.String(), Limit: r.Limit, Period: r.Period, Burst: r.Burst,
 		Failure: r.Failure.String(), Strict: r.Strict, LeaseMin: r.Lease.Min, LeaseMax: r.Lease.Max,
-		LeaseTTL: r.Lease.TTL, LeaseRefresh: r.Lease.Refresh}, true
+		LeaseTTL: r.Lease.TTL, LeaseRefresh: r.Lease.Refresh, Shadow: r.Shadow}
+	for _, o := range r.Overrides {
+		out.Overrides = append(out.Overrides, Override{Key: o.Key, Match: o.Match, Limit: o.Limit, Burst: o.Burst})
+	}
+	return out, true
 }
 
 // Nodes is the fleet size this node divides a rule's limit by when it
@@ -338,7 +342,7 @@ func (c *Client) applyRules(set *rules.Set) {
 	old := c.rules.Load()
 	next := &ruleTable{version: set.Version(), byName: make(map[string]*ruleState, set.Len())}
 	for _, r := range set.Rules() {
-		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name), shares: &fallback.Shares{}, waits: &waitQueues{}}
+		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name, r.Shadow), shares: &fallback.Shares{}, waits: &waitQueues{}}
 		if prev, ok := old.byName[r.Name]; ok { // keep what callers are in the middle of
 			rs.shares, rs.waits = prev.shares, prev.waits
 		}

@@ -169,6 +169,19 @@ type Rule struct {
 	LeaseTTL  time.Duration
 	// LeaseRefresh is how often a busy key is expected to refill.
 	LeaseRefresh time.Duration
+	// Shadow rules decide and count but never refuse (Decision.Shadow).
+	Shadow bool
+	// Overrides give some keys limits of their own.
+	Overrides []Override
+}
+
+// Override gives one key (Key), or the keys a pattern matches (Match, where
+// '*' stands for any run of characters), their own limit and burst. A key
+// an exact override names takes it, else the first matching pattern.
+type Override struct {
+	Key, Match string
+	Limit      int64
+	Burst      int64 // token_bucket only; default the rule's, scaled
 }
 
 func toRuleSet(rs []Rule) (*rules.Set, error) {
@@ -187,8 +200,11 @@ func toRuleSet(rs []Rule) (*rules.Set, error) {
 			return nil, fmt.Errorf("client: Config.Rules[%d] %q: failure: want open or closed, got %q", i, r.Name, r.Failure)
 		}
 		list[i] = rules.Rule{Name: r.Name, Algorithm: alg, Limit: r.Limit, Period: r.Period, Burst: r.Burst,
-			Failure: failure, Strict: r.Strict,
+			Failure: failure, Strict: r.Strict, Shadow: r.Shadow,
 			Lease: rules.LeaseTuning{Min: r.LeaseMin, Max: r.LeaseMax, TTL: r.LeaseTTL, Refresh: r.LeaseRefresh}}
+		for _, o := range r.Overrides {
+			list[i].Overrides = append(list[i].Overrides, rules.Override{Key: o.Key, Match: o.Match, Limit: o.Limit, Burst: o.Burst})
+		}
 	}
 	set, err := rules.NewSet(list)
 	if err != nil {

@@ -20,23 +20,30 @@ import (
 
 // fleet is a real allocator on a real Redis and several in-process nodes.
 type fleet struct {
-	t      *testing.T
-	redis  *redistest.Server
-	rdb    *redis.Client
-	set    *rules.Set
-	alloc  *allocator.Allocator
-	served chan error
-	addr   string
-	nodes  []*client.Client
+	t         *testing.T
+	rulesFile string // when set, the allocator serves it and Reload re-reads it
+	redis     *redistest.Server
+	rdb       *redis.Client
+	set       *rules.Set
+	alloc     *allocator.Allocator
+	served    chan error
+	addr      string
+	nodes     []*client.Client
 }
 
 func newFleet(t *testing.T, rulesYAML string, nodes int, cfg func(i int, c *client.Config)) *fleet {
+	t.Helper()
+	return newFleetWith(t, rulesYAML, "", nodes, cfg)
+}
+
+// newFleetWith is newFleet whose allocator serves rulesFile, when set.
+func newFleetWith(t *testing.T, rulesYAML, rulesFile string, nodes int, cfg func(i int, c *client.Config)) *fleet {
 	t.Helper()
 	set, err := rules.Parse("test", []byte(rulesYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet{t: t, redis: redistest.Start(t), set: set}
+	f := &fleet{t: t, redis: redistest.Start(t), set: set, rulesFile: rulesFile}
 	f.rdb = redis.NewClient(&redis.Options{Addr: f.redis.Addr()})
 	t.Cleanup(func() { f.rdb.Close() })
 	f.startAllocator("127.0.0.1:0")
@@ -59,8 +66,11 @@ func newFleet(t *testing.T, rulesYAML string, nodes int, cfg func(i int, c *clie
 
 func (f *fleet) startAllocator(listen string) {
 	f.t.Helper()
-	a, err := allocator.New(allocator.Config{Listen: listen, Rules: f.set, RedisURL: f.redis.URL(),
-		StoreTimeout: time.Second})
+	cfg := allocator.Config{Listen: listen, Rules: f.set, RedisURL: f.redis.URL(), StoreTimeout: time.Second}
+	if f.rulesFile != "" {
+		cfg.Rules, cfg.RulesFile = nil, f.rulesFile
+	}
+	a, err := allocator.New(cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_client_decisions_total",
-			Help: "Decisions by rule, result and mode. Lease-mode admissions are counted in tokens, summed each sweep, so the hot path keeps no counter.",
+			Help: "Decisions by rule, result (allowed, denied, or shadow_denied: a shadow rule would have refused and let it through) and mode. Lease-mode admissions are counted in tokens, summed each sweep, so the hot path keeps no counter.",
 		}, []string{"rule", "result", "mode"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_client_lease_requests_total", Help: "Acquire calls by result.",
@@ -115,11 +115,17 @@ type ruleCounters struct {
 	allowed, denied [ModeStrict + 1]prometheus.Counter
 }
 
-func (m *metrics) rule(name string) *ruleCounters {
+// rule resolves the counters of a rule. A shadow rule's refusals are let
+// through, and counted as result "shadow_denied".
+func (m *metrics) rule(name string, shadow bool) *ruleCounters {
 	rc := &ruleCounters{}
+	denied := "denied"
+	if shadow {
+		denied = "shadow_denied"
+	}
 	for _, mode := range []Mode{ModeLease, ModeFallback, ModeStrict} {
 		rc.allowed[mode] = m.decisions.WithLabelValues(name, "allowed", mode.String())
-		rc.denied[mode] = m.decisions.WithLabelValues(name, "denied", mode.String())
+		rc.denied[mode] = m.decisions.WithLabelValues(name, denied, mode.String())
 	}
 	return rc
 }

@@ -14,7 +14,9 @@ type RuleKey struct{ Rule, Key string }
 // request costs nothing on the limits that would have let it pass. The
 // decision is the refusing limit's, or, when all pass, the one with the
 // least remaining. At most one limit may be under a strict rule; it is
-// asked last, since what the allocator spends cannot be given back.
+// asked last, since what the allocator spends cannot be given back. A
+// shadow rule that would refuse lets the request through (Decision.Shadow)
+// and spends nothing.
 func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Decision, error) {
 	if len(limits) == 0 {
 		return Decision{}, errors.New("allot: AllowAll needs at least one limit")
@@ -46,6 +48,9 @@ func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Deci
 			continue
 		}
 		d, s, err := c.take(ctx, states[i], l.Key, n, false)
+		if err == nil {
+			d = shadow(states[i], d)
+		}
 		if err != nil || !d.Allowed {
 			undo()
 			return d, err
@@ -55,6 +60,9 @@ func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Deci
 	}
 	if strict >= 0 {
 		d, err := c.decideStrict(ctx, states[strict], limits[strict].Key, n, limits[strict].Key)
+		if err == nil {
+			d = shadow(states[strict], d)
+		}
 		if err != nil || !d.Allowed {
 			undo()
 			return d, err
@@ -64,10 +72,13 @@ func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Deci
 	return all, nil
 }
 
-// tighter keeps the decision with less room left.
+// tighter keeps the decision with less room left; a shadow refusal
+// anywhere marks the result.
 func tighter(a, b Decision) Decision {
+	out := a
 	if b.Remaining < a.Remaining {
-		return b
+		out = b
 	}
-	return a
+	out.Shadow = a.Shadow || b.Shadow
+	return out
 }

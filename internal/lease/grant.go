@@ -12,7 +12,7 @@ import (
 func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	f := p.own.inFlight
 	p.own.inFlight, p.own.unacked, p.own.solo, p.own.givingBack = nil, nil, false, false
-	r := p.table.Rule()
+	r := p.Rule()
 	if !(g.Rate >= 0) { // NaN or negative: no share
 		g.Rate = 0
 	}
@@ -139,7 +139,7 @@ func (m *Manager) init(p *Pool, now time.Time) {
 	if p.own.initialized {
 		return
 	}
-	r := p.table.Rule()
+	r := p.Rule()
 	p.own.initialized = true
 	p.own.lastSample, p.own.lastActive = now, now
 	// Before any rate is known, ask for this node's share of one refresh

@@ -52,10 +52,17 @@ type Pool struct {
 	remaining atomic.Int64
 	fresh     atomic.Bool
 
+	// keyRule is the rule for this key when the table's rule has overrides
+	// (see Rule).
+	keyRule atomic.Pointer[keyRule]
+
 	table *Table
 	key   string
 	own   managerState // owned by the manager goroutine
 }
+
+// keyRule is the rule of one key, resolved from the table's rule from.
+type keyRule struct{ from, rule *rules.Rule }
 
 // managerState is the pool's bookkeeping, touched only by the manager.
 type managerState struct {
@@ -110,8 +117,20 @@ type flight struct {
 // Key is the key this pool limits.
 func (p *Pool) Key() string { return p.key }
 
-// Rule is the pool's current rule.
-func (p *Pool) Rule() *rules.Rule { return p.table.Rule() }
+// Rule is the rule for the pool's key: the table's current rule, or its
+// override for the key. It is resolved again when the table's rule changes.
+func (p *Pool) Rule() *rules.Rule {
+	base := p.table.Rule()
+	if !base.HasOverrides() {
+		return base
+	}
+	if kr := p.keyRule.Load(); kr != nil && kr.from == base {
+		return kr.rule
+	}
+	kr := &keyRule{from: base, rule: base.ForKey(p.key)}
+	p.keyRule.Store(kr)
+	return kr.rule
+}
 
 // Take spends n leased tokens if the pool holds them. It returns the tokens
 // left and whether it took them. left < 0 means the pool was evicted: look
@@ -138,14 +157,15 @@ func (p *Pool) Generation() uint64 { return p.gen.Load() }
 // Give puts back n tokens that Take took (a multi-rule check that failed on
 // another rule), if their lease has not ended since: gen is Generation as
 // read before that Take.
-func (p *Pool) Give(n int64, gen uint64) {
+// It reports whether it put them back.
+func (p *Pool) Give(n int64, gen uint64) bool {
 	for {
 		v := p.tokens.Load()
 		if v < 0 || p.gen.Load() != gen {
-			return // evicted, or the tokens' lease is over: they are gone
+			return false // evicted, or the tokens' lease is over: they are gone
 		}
 		if p.tokens.CompareAndSwap(v, v+n) {
-			return
+			return true
 		}
 	}
 }

@@ -87,7 +87,7 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 	reqs := make([]Request, len(pools))
 	for i, p := range pools {
 		o := &p.own
-		r := p.table.Rule()
+		r := p.Rule()
 		if !o.lastSent.IsZero() { // (a new key asks for its share of a refresh: init)
 			m.taken(p, m.sample(p, now)) // its demand, for the size and the rate it asks
 		}

@@ -63,7 +63,7 @@ func (m *Manager) arm(p *Pool, now time.Time) {
 		next = minTime(next, o.servedUntil)
 	}
 	if !next.After(now) { // busy (a request on its way): look again later
-		next = now.Add(p.table.Rule().Lease.TTL / 2)
+		next = now.Add(p.Rule().Lease.TTL / 2)
 	}
 	if o.timerAt.IsZero() || next.Before(o.timerAt) {
 		o.timerAt = next
@@ -162,7 +162,7 @@ func (m *Manager) sample(p *Pool, now time.Time) int64 {
 	o.rate += alpha * (float64(demand)/elapsed.Seconds() - o.rate)
 	fast := 1 - math.Exp(-elapsed.Seconds()/(2*m.cfg.Sweep).Seconds())
 	o.fastRate += fast * (float64(demand)/elapsed.Seconds() - o.fastRate)
-	r := p.table.Rule()
+	r := p.Rule()
 	m.resize(p, r, o.rate*r.Lease.Refresh.Seconds())
 	return took
 }
@@ -172,7 +172,7 @@ func (m *Manager) sample(p *Pool, now time.Time) int64 {
 // within a few sweeps instead of at the next renewal.
 func (m *Manager) giveBack(p *Pool, now time.Time) {
 	o := &p.own
-	if o.share <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.table.Rule(), now) {
+	if o.share <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.Rule(), now) {
 		return
 	}
 	o.givingBack = true
@@ -197,7 +197,7 @@ func (m *Manager) idle(p *Pool, now time.Time) bool {
 // rule's fill time): forgetting it earlier would hand the key a fresh
 // burst.
 func idleAfter(p *Pool) time.Duration {
-	r := p.table.Rule()
+	r := p.Rule()
 	if p.fallback.Load() != nil {
 		return max(r.Lease.TTL/2, fillTime(r))
 	}

@@ -52,7 +52,7 @@ func (m *Manager) accrue(p *Pool, now time.Time) {
 	}
 	// More than the pool's cap and the rule's capacity would only be given
 	// back and capped there: a huge rate must not overflow the count.
-	capacity := p.table.Rule().Capacity()
+	capacity := p.Rule().Capacity()
 	whole := math.Floor(o.accrued)
 	o.accrued -= whole
 	n := int64(min(whole, float64(capacity+o.shareCap)))

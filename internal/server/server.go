@@ -165,6 +165,7 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		// A node sizing its lease from an older rule set may ask for more
 		// than the rule now allows; that is not an error, just a cap.
 		// So may its wanted rate pass the rule's: capped as well.
+		r = r.ForKey(lr.GetKey()) // a key with an override has its own limit
 		want := min(lr.GetWant(), r.Lease.Max)
 		out[i] = store.AcquireRequest{Rule: r, Key: lr.GetKey(), Node: req.GetNodeId(), Want: want,
 			Consumed: lr.GetConsumed(), ConsumedAge: min(age, maxConsumedAge), WantRate: min(wantRate, r.Rate()),
@@ -221,7 +222,7 @@ func (s *Server) Release(ctx context.Context, req *allotv1.ReleaseRequest) (*all
 			return nil, invalid(field, "repeats the rule and key of returns[%d]", j)
 		}
 		seen[k] = i
-		rets[i] = store.Return{Rule: r, Key: rt.GetKey(), Node: req.GetNodeId(), Tokens: rt.GetTokens(), Epoch: rt.GetEpoch()}
+		rets[i] = store.Return{Rule: r.ForKey(rt.GetKey()), Key: rt.GetKey(), Node: req.GetNodeId(), Tokens: rt.GetTokens(), Epoch: rt.GetEpoch()}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -243,6 +244,7 @@ func (s *Server) Check(ctx context.Context, req *allotv1.CheckRequest) (*allotv1
 	if err := s.limits.checkKey("key", req.GetKey()); err != nil {
 		return nil, err
 	}
+	r = r.ForKey(req.GetKey())
 	cost := req.GetCost()
 	if cost == 0 {
 		cost = 1
