@@ -48,6 +48,7 @@ type config struct {
 	keysRun       time.Duration
 	keysTouch     int
 	keysTouchRate float64
+	keysHoldRate  float64
 	keysWindow    time.Duration
 	keysTTL       time.Duration
 }
@@ -64,8 +65,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.Int64Var(&c.keyLimit, "key-limit", 50, "keys scenario: limit per key per second")
 	sizes := fs.String("keys-sizes", "10000,100000,1000000", "keys scenario: numbers of keys (Zipf, s=1.1)")
 	fs.DurationVar(&c.keysRun, "keys-run", 10*time.Second, "keys scenario: length of each load run")
-	fs.IntVar(&c.keysTouch, "keys-touch", 100000, "keys scenario: keys each node touches once, at most (the size if smaller)")
-	fs.Float64Var(&c.keysTouchRate, "keys-touch-rate", 16000, "keys scenario: fresh keys touched per second, over all nodes")
+	fs.IntVar(&c.keysTouch, "keys-touch", 2500, "keys scenario: keys each node touches once, at most (the size if smaller)")
+	fs.Float64Var(&c.keysTouchRate, "keys-touch-rate", 1000, "keys scenario: keys touched once per second, over all nodes")
+	fs.Float64Var(&c.keysHoldRate, "keys-hold-rate", 10000, "keys scenario: keys per second the holding node touches")
 	fs.DurationVar(&c.keysWindow, "keys-window", 2*time.Second, "keys scenario: how long the CPU of a node holding every key, with nothing due, is measured")
 	fs.DurationVar(&c.keysTTL, "keys-ttl", 2*time.Second, "keys scenario: the rules' lease TTL")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of each run")
@@ -128,8 +130,8 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("--duration and --distance-run must be at least 1s")
 	case c.distanceLimit < 1 || c.distanceBurst < 1:
 		return nil, errors.New("--distance-limit and --distance-burst must be positive")
-	case slices.Min(c.keysSizes) < 2 || c.keysTouch < 1 || c.keysTouchRate <= 0:
-		return nil, errors.New("--keys-sizes must be at least 2, --keys-touch and --keys-touch-rate positive")
+	case slices.Min(c.keysSizes) < 2 || c.keysTouch < 1 || c.keysTouchRate <= 0 || c.keysHoldRate <= 0:
+		return nil, errors.New("--keys-sizes must be at least 2, --keys-touch, --keys-touch-rate and --keys-hold-rate positive")
 	case c.keysRun < time.Second || c.keysWindow < 100*time.Millisecond || c.keysTTL < 100*time.Millisecond:
 		return nil, errors.New("--keys-run must be at least 1s, --keys-window and --keys-ttl at least 100ms")
 	}
