@@ -49,13 +49,11 @@ type keysResult struct {
 	allocUS   float64       // allocator CPU per key touched once, µs
 	// Hold phase.
 	hold        int     // keys the holding node held during the window
-	holdStable  bool    // the same number at the end of the window
 	windowCmds  int64   // Redis commands sent during the window: ~0 if nothing was due
-	holdStored  int64   // keys of the hold rule in Redis: those that had a lease
 	sweepPct    float64 // its CPU with nothing due, % of one core
 	heapHeld    float64 // its heap per key held, bytes
 	redisPerKey float64 // Redis used_memory per key stored, bytes
-	redisKeys   int64   // keys of the hold rule stored in Redis
+	redisKeys   int64   // keys of the hold rule stored in Redis: those that had a lease
 	samples     []string
 }
 
@@ -230,7 +228,7 @@ func (s *session) holdKeys(out *keysResult) error {
 	// 2), for at most a minute.
 	s.waitRedisCalm(int64(out.keys), max(float64(out.keys)/1e4, 2), time.Minute)
 	held := h.keys()
-	mem1 := s.usedMemory()
+	mem1, stored := s.usedMemory(), s.countKeys("*"+rule+"*")
 	heap := heapAfterGC()
 	sent0, _ := s.commandStats()
 	cpu0 := selfCPU()
@@ -238,13 +236,12 @@ func (s *session) holdKeys(out *keysResult) error {
 	cpu := selfCPU() - cpu0 - time.Duration(float64(idle)*window.Seconds())
 	sent1, _ := s.commandStats()
 	out.windowCmds = sent1 - sent0 - 1 // less the INFO that read them
-	out.hold, out.holdStable = held, h.keys() == held
+	out.hold = held
 	out.sweepPct = 100 * cpu.Seconds() / window.Seconds()
 	if held > 0 {
 		out.heapHeld = (float64(heap) - float64(before)) / float64(held)
 	}
-	out.redisKeys = s.countKeys("*" + rule + "*")
-	out.holdStored = out.redisKeys
+	out.redisKeys = stored
 	if out.redisKeys > 0 {
 		out.redisPerKey = float64(mem1-mem0) / float64(out.redisKeys)
 	}
@@ -348,11 +345,11 @@ func (s *session) memoryUsage(pattern, kind string) []string {
 	}
 	var out []string
 	for _, k := range keys {
-		n, err := s.rdb.MemoryUsage(ctx, k).Result()
-		if err != nil {
+		fields, err1 := s.rdb.HLen(ctx, k).Result()
+		n, err2 := s.rdb.MemoryUsage(ctx, k).Result()
+		if err1 != nil || err2 != nil || fields == 0 { // expired meanwhile
 			continue
 		}
-		fields, _ := s.rdb.HLen(ctx, k).Result()
 		out = append(out, fmt.Sprintf("%s `%s`: %d B (%d fields)", kind, k, n, fields))
 	}
 	return out

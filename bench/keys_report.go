@@ -24,30 +24,33 @@ func (r *report) keysText() string {
 		"Per size, four phases: the load (every strategy; the rows \"N keys\" above); then %v idle; then touch once: every node touches min(N, %d) fresh keys once each, "+
 		"%.0f keys/s over the fleet, and the keys live their whole life; then hold: one more node holds all N keys, with a lease TTL (%v) longer than the phase, and no traffic.\n\n",
 		c.nodes, c.keyLimit, c.keyLimit, c.keysTTL, c.demand*float64(c.limit), c.keysRun, 2*c.keysTTL, c.keysTouch, c.keysTouchRate, holdTTL)
-	b.WriteString("| keys | strategy | admitted / ideal | Redis cmds per 1k admitted: sent (all) | node heap per live key (keys held) | per idle key, 2 × TTL later | node CPU per key touched once | allocator CPU per key touched once | node CPU, N keys held, nothing due | node heap per key held | Redis per key |\n")
+	b.WriteString("| keys | strategy | admitted / ideal | Redis cmds per 1k admitted: sent (all) | node heap per live key (keys held) | per idle key, 2 × TTL later (keys still held) | node CPU per key touched once | allocator CPU per key touched once | node CPU, N keys held, nothing due (keys leased; Redis cmds in the window) | node heap per key held | Redis used_memory per key (keys) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range r.keys {
 		if w := k.adaptive; w != nil {
-			stable := ""
-			if !k.holdStable {
-				stable = " (keys left during the window)"
+			left := ""
+			if k.touchLeft > 0 {
+				left = fmt.Sprintf(" (%s keys never left)", thousands(k.touchLeft))
 			}
-			fmt.Fprintf(&b, "| %d | %s | %.3f | %.1f (%.1f) | %.0f B (%d) | %.1f B (%d held) | %.2f µs | %.2f µs | %.2f%% of a core (%d keys)%s | %.0f B | %.0f B (%d keys) |\n",
-				k.keys, w.strategy, float64(w.res.admitted)/w.ideal, w.cmdsClient, w.cmdsAll, k.heapLive, k.held, k.heapIdle, k.heldIdle,
-				k.nodeUS, k.allocUS, k.sweepPct, k.hold, stable, k.heapHeld, k.redisPerKey, k.redisKeys)
+			fmt.Fprintf(&b, "| %s | %s | %.3f | %.1f (%.1f) | %.0f B (%s) | %.0f B (%s) | %.1f µs%s | %.1f µs | %.1f%% of a core (%s of %s; %d) | %.0f B | %.0f B (%s) |\n",
+				thousands(k.keys), w.strategy, float64(w.res.admitted)/w.ideal, w.cmdsClient, w.cmdsAll,
+				k.heapLive, thousands(k.held), k.heapIdle, thousands(k.heldIdle), k.nodeUS, left, k.allocUS,
+				k.sweepPct, thousands(int(k.redisKeys)), thousands(k.hold), k.windowCmds, k.heapHeld, k.redisPerKey, thousands(int(k.redisKeys)))
 		}
 		if w := k.redis; w != nil {
-			fmt.Fprintf(&b, "| %d | %s | %.3f | %.1f (%.1f) | — | — | — | — | — | — | — |\n",
-				k.keys, w.strategy, float64(w.res.admitted)/w.ideal, w.cmdsClient, w.cmdsAll)
+			fmt.Fprintf(&b, "| %s | %s | %.3f | %.1f (%.1f) | — | — | — | — | — | — | — |\n",
+				thousands(k.keys), w.strategy, float64(w.res.admitted)/w.ideal, w.cmdsClient, w.cmdsAll)
 		}
 	}
 	b.WriteString("\nHow each figure is measured. Redis commands: INFO commandstats after a warm-up of a fifth of the load, per 1,000 admitted; \"sent\" counts what clients send, \"all\" adds the commands scripts run. " +
-		"Node heap: the bench's nodes are Clients in this process; HeapAlloc after two GCs when the load stops, less before it, over the keys the nodes held (Client.Keys, summed); " +
+		"Node heap: the bench's nodes are Clients in this process; HeapAlloc after two GCs when the load stops, less before it, over the keys the nodes then held (Client.Keys, summed over the nodes); " +
 		"per idle key: the same two lease TTLs later, over the same count. " +
-		"Node CPU per key touched once: this process's CPU (getrusage) from the first touch until every key has left the nodes, less its idle CPU over as long, over the touches (keys × nodes); " +
+		"Node CPU per key touched once: this process's CPU (getrusage) from the first touch until every key has left the nodes (or the wait gave up), less its idle CPU over as long, over the touches (keys × nodes); " +
 		"the allocator runs in a process of its own, measured from /proc the same way. " +
-		"Node CPU with nothing due: the holding node's process CPU over a window of " + r.cfg.keysWindow.String() + " after every key has its lease and Redis has been quiet for 1 s, less idle, as a share of one core. " +
-		"Redis per key: INFO used_memory after the hold phase's keys exist less before, over the keys of its rule (SCAN); one holder per key.\n")
+		"Node CPU with nothing due: the holding node's process CPU over " + c.keysWindow.String() + ", once the node sends Redis less than a command per second per 10,000 keys (or after a minute), less idle, as a share of one core; " +
+		"\"leased\" counts the hold rule's keys in Redis, the keys whose first lease went through. " +
+		"Node heap per key held: the holding node's heap then, less before its first key, over the keys it held. " +
+		"Redis per key: INFO used_memory then, less before, over the hold rule's keys in Redis (SCAN); one holder per key.\n")
 	var samples []string
 	for _, k := range r.keys {
 		for _, s := range k.samples {

@@ -114,7 +114,7 @@ func parseFlags(args []string) (*config, error) {
 		c.duration, c.saturate, c.leaseSizes = 1500*time.Millisecond, 300*time.Millisecond, []int64{10, 1000}
 		c.limit, c.workers = 2000, 2
 		c.distanceRTTs, c.distanceRun = []time.Duration{0, 200 * time.Millisecond}, 1500*time.Millisecond
-		c.keysSizes, c.keysRun, c.keysTouch, c.keysWindow, c.keysTTL = []int{2000}, 1500*time.Millisecond, 2000, time.Second, time.Second
+		c.keysSizes, c.keysRun, c.keysTouch, c.keysWindow, c.keysTTL = []int{2000}, 1500*time.Millisecond, 250, time.Second, time.Second
 	}
 	if c.burst == 0 {
 		c.burst = c.limit
