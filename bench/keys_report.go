@@ -104,7 +104,7 @@ func (r *report) plotKeys(path string) error {
 		title, y string
 		lines    []series
 	}{
-		{"Redis load", "commands per 1,000 admitted", []series{
+		{"Redis commands per 1,000 admitted", "commands", []series{
 			{"adaptive leases, sent", func(k *keysResult) (float64, bool) { return cmds(k.adaptive, false) }},
 			{"adaptive leases, all", func(k *keysResult) (float64, bool) { return cmds(k.adaptive, true) }},
 			{"per-request Redis, sent", func(k *keysResult) (float64, bool) { return cmds(k.redis, false) }},
@@ -113,7 +113,7 @@ func (r *report) plotKeys(path string) error {
 			{"node", func(k *keysResult) (float64, bool) { return k.nodeUS, true }},
 			{"allocator", func(k *keysResult) (float64, bool) { return k.allocUS, true }},
 		}},
-		{"Memory per key", "bytes", []series{
+		{"Memory per key (≤ 0 drawn at 0.1)", "bytes", []series{
 			{"node heap, live (load)", func(k *keysResult) (float64, bool) { return k.heapLive, true }},
 			{"node heap, held (one node)", func(k *keysResult) (float64, bool) { return k.heapHeld, true }},
 			{"node heap, idle (2 × TTL)", func(k *keysResult) (float64, bool) { return k.heapIdle, true }},
@@ -128,6 +128,7 @@ func (r *report) plotKeys(path string) error {
 	for i, pn := range panels {
 		p := plot.New()
 		p.Title.Text = pn.title
+		p.Title.Padding = vg.Points(6)
 		p.X.Label.Text = "keys"
 		p.Y.Label.Text = pn.y
 		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
@@ -172,10 +173,11 @@ func (r *report) plotKeys(path string) error {
 	dc := draw.New(img)
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
-	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Millimeter * 6, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	canvases := plot.Align([][]*plot.Plot{row}, tiles, dc)
+	// Side by side, each panel in a third of the image.
+	third := w / vg.Length(len(row))
 	for i, p := range row {
-		p.Draw(canvases[0][i])
+		x := vg.Length(i) * third
+		p.Draw(draw.Crop(dc, x, x+third-w, 0, 0))
 	}
 	f, err := os.Create(path)
 	if err != nil {
