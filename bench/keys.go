@@ -47,6 +47,7 @@ type keysResult struct {
 	touchLeft int           // keys still held when the phase gave up waiting
 	nodeUS    float64       // node CPU per key touched once, µs
 	allocUS   float64       // allocator CPU per key touched once, µs
+	touchCmds float64       // Redis commands sent per key touched once
 	// Hold phase.
 	hold        int     // keys the holding node held during the window
 	windowCmds  int64   // Redis commands sent during the window: ~0 if nothing was due
@@ -170,6 +171,7 @@ func (s *session) touchOnce(out *keysResult) error {
 	idle, allocIdle := s.idleCPU(time.Second)
 	rate := c.keysTouchRate / float64(c.nodes)
 	progress("  touch once: %d keys on each of %d nodes at %.0f keys/s each", perNode, c.nodes, rate)
+	s.resetStats()
 	cpu0, alloc0, start := selfCPU(), s.allocCPU(), time.Now()
 	var wg sync.WaitGroup
 	for node := range c.nodes {
@@ -195,8 +197,10 @@ func (s *session) touchOnce(out *keysResult) error {
 	out.touched, out.touchWall = perNode*c.nodes, wall
 	out.nodeUS = float64(node.Microseconds()) / float64(out.touched)
 	out.allocUS = float64(alloc.Microseconds()) / float64(out.touched)
-	progress("  touch once: %d touches in %v: node %.1f µs per key, allocator %.1f µs per key",
-		out.touched, wall.Round(10*time.Millisecond), out.nodeUS, out.allocUS)
+	sent, _ := s.commandStats()
+	out.touchCmds = float64(sent) / float64(out.touched)
+	progress("  touch once: %d touches in %v: node %.1f µs per key, allocator %.1f µs per key, %.1f Redis commands sent per key",
+		out.touched, wall.Round(10*time.Millisecond), out.nodeUS, out.allocUS, out.touchCmds)
 	return nil
 }
 

@@ -24,7 +24,7 @@ func (r *report) keysText() string {
 		"Per size, four phases: the load (every strategy; the rows \"N keys\" above); then %v idle; then touch once: every node touches min(N, %d) fresh keys once each, "+
 		"%.0f keys/s over the fleet, and the keys live their whole life; then hold: one more node holds all N keys, with a lease TTL (%v) longer than the phase, and no traffic.\n\n",
 		c.nodes, c.keyLimit, c.keyLimit, c.keysTTL, c.demand*float64(c.limit), c.keysRun, 2*c.keysTTL, c.keysTouch, c.keysTouchRate, holdTTL)
-	b.WriteString("| keys | strategy | admitted / ideal | Redis cmds per 1k admitted: sent (all) | node heap per live key (keys held) | per idle key, 2 × TTL later (keys still held) | node CPU per key touched once | allocator CPU per key touched once | node CPU, N keys held, nothing due (keys leased; Redis cmds in the window) | node heap per key held | Redis used_memory per key (keys) |\n")
+	b.WriteString("| keys | strategy | admitted / ideal | Redis cmds per 1k admitted: sent (all) | node heap per live key (keys held) | per idle key, 2 × TTL later (keys still held) | node CPU per key touched once | allocator CPU (Redis cmds sent) per key touched once | node CPU, N keys held, nothing due (keys leased; Redis cmds in the window) | node heap per key held | Redis used_memory per key (keys) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range r.keys {
 		if w := k.adaptive; w != nil {
@@ -32,9 +32,9 @@ func (r *report) keysText() string {
 			if k.touchLeft > 0 {
 				left = fmt.Sprintf(" (%s keys never left)", thousands(k.touchLeft))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.3f | %.1f (%.1f) | %.0f B (%s) | %.0f B (%s) | %.1f µs%s | %.1f µs | %.1f%% of a core (%s of %s; %d) | %.0f B | %.0f B (%s) |\n",
+			fmt.Fprintf(&b, "| %s | %s | %.3f | %.1f (%.1f) | %.0f B (%s) | %.0f B (%s) | %.1f µs%s | %.1f µs (%.1f) | %.1f%% of a core (%s of %s; %d) | %.0f B | %.0f B (%s) |\n",
 				thousands(k.keys), w.strategy, float64(w.res.admitted)/w.ideal, w.cmdsClient, w.cmdsAll,
-				k.heapLive, thousands(k.held), k.heapIdle, thousands(k.heldIdle), k.nodeUS, left, k.allocUS,
+				k.heapLive, thousands(k.held), k.heapIdle, thousands(k.heldIdle), k.nodeUS, left, k.allocUS, k.touchCmds,
 				k.sweepPct, thousands(int(k.redisKeys)), thousands(k.hold), k.windowCmds, k.heapHeld, k.redisPerKey, thousands(int(k.redisKeys)))
 		}
 		if w := k.redis; w != nil {
