@@ -1,10 +1,12 @@
 // Command bench simulates a fleet of nodes limiting one global rate and
 // compares Allot's leases (adaptive and fixed sizes) with per-request
 // central limiting (a Redis Lua call, or a Check RPC, per decision) and
-// with local-only limiting (limit/N per node), in one run on one Redis. It
-// prints progress and writes a Markdown report and PNG plots.
+// with local-only limiting (limit/N per node), in one run on one Redis; the
+// keys scenario (keys.go) measures what many keys cost. It prints progress
+// and writes a Markdown report and PNG plots.
 //
-//	go run ./bench                     # the full run (about four minutes)
+//	go run ./bench                     # the full run (about 13 minutes on 2 cores, 9 of them keys)
+//	go run ./bench --scenarios keys    # the keys scenario alone
 //	go run ./bench --short             # a few seconds: the smoke test make test runs
 package main
 
