@@ -37,14 +37,14 @@ func TestShortRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"results.md", "lease-accuracy.png", "lease-redis.png", "failover.png", "distance.png"} {
+	for _, f := range []string{"results.md", "lease-accuracy.png", "lease-redis.png", "failover.png", "distance.png", "keys.png"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty: %v", f, err)
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
 	for _, want := range []string{"allot adaptive", "Redis Lua per request", "Check RPC per request", "local only (limit/N)", "## Failover", "## The figures",
-		"## Distance", "allot rate shares", "allot tokens only"} {
+		"## Distance", "allot rate shares", "allot tokens only", "## Many keys", "2000 keys", "per key touched once"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -71,12 +71,22 @@ func TestShortRun(t *testing.T) {
 	if rep.failover == nil || rep.failover.res.admitted == 0 {
 		t.Error("no failover run")
 	}
+	// The keys scenario measured every figure it reports.
+	if len(rep.keys) != 1 {
+		t.Fatalf("keys scenario: %d sizes measured, want 1", len(rep.keys))
+	}
+	k := rep.keys[0]
+	if k.adaptive == nil || k.redis == nil || k.held == 0 || k.heapLive <= 0 || k.touched == 0 || k.nodeUS <= 0 ||
+		k.hold != 2000 || k.sweepPct <= 0 || k.heapHeld <= 0 || k.redisKeys == 0 || k.redisPerKey <= 0 {
+		t.Errorf("keys scenario at 2000 keys: %+v", *k)
+	}
 }
 
 func TestFlags(t *testing.T) {
 	bad := [][]string{
 		{"--nodes", "0"}, {"--leases", "1,x"}, {"--failure", "0.7,0.3"}, {"--skew", "1.5"}, {"--duration", "10ms"},
 		{"--distance-rtts", "0,-5ms"}, {"--distance-rtts", "far"}, {"--distance-burst", "0"},
+		{"--keys-sizes", "1"}, {"--keys-sizes", "10000,x"}, {"--keys-run", "100ms"}, {"--keys-touch-rate", "0"}, {"--keys-ttl", "1ms"},
 	}
 	for _, args := range bad {
 		if _, err := parseFlags(args); err == nil {

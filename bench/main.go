@@ -1,10 +1,12 @@
 // Command bench simulates a fleet of nodes limiting one global rate and
 // compares Allot's leases (adaptive and fixed sizes) with per-request
 // central limiting (a Redis Lua call, or a Check RPC, per decision) and
-// with local-only limiting (limit/N per node), in one run on one Redis. It
-// prints progress and writes a Markdown report and PNG plots.
+// with local-only limiting (limit/N per node), in one run on one Redis; the
+// keys scenario (keys.go) measures what many keys cost. It prints progress
+// and writes a Markdown report and PNG plots.
 //
-//	go run ./bench                     # the full run (about four minutes)
+//	go run ./bench                     # the full run (about 13 minutes on 2 cores, 9 of them keys)
+//	go run ./bench --scenarios keys    # the keys scenario alone
 //	go run ./bench --short             # a few seconds: the smoke test make test runs
 package main
 
@@ -13,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +28,6 @@ type config struct {
 	demand     float64
 	skew       float64
 	leaseSizes []int64
-	keys       int
 	keyLimit   int64
 	duration   time.Duration
 	saturate   time.Duration
@@ -41,6 +43,16 @@ type config struct {
 	distanceLimit int64
 	distanceBurst int64
 	distanceRun   time.Duration
+	// The keys scenario: its sizes, the length of each load, the keys
+	// each node touches once (at most), how fast keys are touched, the
+	// window of the hold phase and the rules' lease TTL.
+	keysSizes     []int
+	keysRun       time.Duration
+	keysTouch     int
+	keysTouchRate float64
+	keysHoldRate  float64
+	keysWindow    time.Duration
+	keysTTL       time.Duration
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -52,20 +64,26 @@ func parseFlags(args []string) (*config, error) {
 	fs.Float64Var(&c.demand, "demand", 2, "offered load as a multiple of the limit")
 	fs.Float64Var(&c.skew, "skew", 0.9, "share of the traffic on the hot node in the skewed scenario")
 	leases := fs.String("leases", "1,10,100,1000", "fixed lease sizes to compare with adaptive leases")
-	fs.IntVar(&c.keys, "keys", 100000, "keys in the many-keys scenario (Zipf, s=1.1)")
-	fs.Int64Var(&c.keyLimit, "key-limit", 50, "limit per key per second in the many-keys scenario")
+	fs.Int64Var(&c.keyLimit, "key-limit", 50, "keys scenario: limit per key per second")
+	sizes := fs.String("keys-sizes", "10000,100000,1000000", "keys scenario: numbers of keys (Zipf, s=1.1)")
+	fs.DurationVar(&c.keysRun, "keys-run", 10*time.Second, "keys scenario: length of each load run")
+	fs.IntVar(&c.keysTouch, "keys-touch", 2500, "keys scenario: keys each node touches once, at most (the size if smaller)")
+	fs.Float64Var(&c.keysTouchRate, "keys-touch-rate", 1000, "keys scenario: keys touched once per second, over all nodes")
+	fs.Float64Var(&c.keysHoldRate, "keys-hold-rate", 10000, "keys scenario: keys per second the holding node touches")
+	fs.DurationVar(&c.keysWindow, "keys-window", 2*time.Second, "keys scenario: how long the CPU of a node holding every key, with nothing due, is measured")
+	fs.DurationVar(&c.keysTTL, "keys-ttl", 2*time.Second, "keys scenario: the rules' lease TTL")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of each run")
 	fs.DurationVar(&c.saturate, "saturate", 2*time.Second, "length of each throughput run")
 	fs.IntVar(&c.workers, "workers", 4, "goroutines per node")
 	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: start a redis-server on a free port)")
 	fs.StringVar(&c.out, "out", "bench/results", "report folder")
-	scen := fs.String("scenarios", "uniform,skew,failover,manykeys,distance", "scenarios to run")
+	scen := fs.String("scenarios", "uniform,skew,failover,keys,distance", "scenarios to run (manykeys: the old name of keys)")
 	rtts := fs.String("distance-rtts", "0,20ms,50ms,100ms,200ms,500ms", "distance scenario: round trips to the allocator")
 	fs.Int64Var(&c.distanceLimit, "distance-limit", 1000, "distance scenario: the rule's limit per second")
 	fs.Int64Var(&c.distanceBurst, "distance-burst", 100, "distance scenario: the rule's burst")
 	fs.DurationVar(&c.distanceRun, "distance-run", 6*time.Second, "distance scenario: length of each run")
 	failure := fs.String("failure", "0.333,0.667", "failover scenario: kill and restore the allocator at these fractions of the run")
-	short := fs.Bool("short", false, "a few seconds in all: small durations, 1,000 keys")
+	short := fs.Bool("short", false, "a few seconds in all: small durations, 2,000 keys")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -79,14 +97,26 @@ func parseFlags(args []string) (*config, error) {
 	if c.distanceRTTs, err = parseDurations(*rtts); err != nil {
 		return nil, fmt.Errorf("--distance-rtts: %v", err)
 	}
+	sz, err := parseInts(*sizes)
+	if err != nil {
+		return nil, fmt.Errorf("--keys-sizes: %v", err)
+	}
+	for _, n := range sz {
+		c.keysSizes = append(c.keysSizes, int(n))
+	}
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {
-		c.scenarios[strings.TrimSpace(s)] = true
+		s = strings.TrimSpace(s)
+		if s == "manykeys" {
+			s = "keys"
+		}
+		c.scenarios[s] = true
 	}
 	if *short {
-		c.duration, c.saturate, c.keys, c.leaseSizes = 1500*time.Millisecond, 300*time.Millisecond, 1000, []int64{10, 1000}
+		c.duration, c.saturate, c.leaseSizes = 1500*time.Millisecond, 300*time.Millisecond, []int64{10, 1000}
 		c.limit, c.workers = 2000, 2
 		c.distanceRTTs, c.distanceRun = []time.Duration{0, 200 * time.Millisecond}, 1500*time.Millisecond
+		c.keysSizes, c.keysRun, c.keysTouch, c.keysWindow, c.keysTTL = []int{2000}, 1500*time.Millisecond, 250, time.Second, time.Second
 	}
 	if c.burst == 0 {
 		c.burst = c.limit
@@ -102,6 +132,10 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("--duration and --distance-run must be at least 1s")
 	case c.distanceLimit < 1 || c.distanceBurst < 1:
 		return nil, errors.New("--distance-limit and --distance-burst must be positive")
+	case slices.Min(c.keysSizes) < 2 || c.keysTouch < 1 || c.keysTouchRate <= 0 || c.keysHoldRate <= 0:
+		return nil, errors.New("--keys-sizes must be at least 2, --keys-touch, --keys-touch-rate and --keys-hold-rate positive")
+	case c.keysRun < time.Second || c.keysWindow < 100*time.Millisecond || c.keysTTL < 100*time.Millisecond:
+		return nil, errors.New("--keys-run must be at least 1s, --keys-window and --keys-ttl at least 100ms")
 	}
 	return c, nil
 }

@@ -22,6 +22,7 @@ type report struct {
 	cfg      *config
 	rows     []row
 	failover *failoverRun
+	keys     []*keysResult
 	when     time.Time
 }
 
@@ -67,6 +68,12 @@ func (r *report) write(dir string) error {
 		}
 		plots = append(plots, "distance.png")
 	}
+	if len(r.keys) > 0 {
+		if err := r.plotKeys(filepath.Join(dir, "keys.png")); err != nil {
+			return err
+		}
+		plots = append(plots, "keys.png")
+	}
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.markdown(plots)), 0o644)
 }
 
@@ -76,8 +83,8 @@ func (r *report) markdown(plots []string) string {
 	fmt.Fprintf(&b, "# Allot bench — %s\n\n", r.when.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "%d nodes × %d workers on one machine (%d cores, %s); one token-bucket rule of %d/s with a burst of %d; "+
 		"offered load %.1f× the limit; runs of %v (Redis statistics after a warm-up of a fifth), throughput runs of %v; "+
-		"allocator in its own process on Redis; %d keys (Zipf s=1.1, %d/s each) in the many-keys run.\n\n",
-		c.nodes, c.workers, runtime.NumCPU(), runtime.GOARCH, c.limit, c.burst, c.demand, c.duration, c.saturate, c.keys, c.keyLimit)
+		"allocator in its own process on Redis; %s keys (Zipf s=1.1, %d/s each) in the many-keys runs, of %v each.\n\n",
+		c.nodes, c.workers, runtime.NumCPU(), runtime.GOARCH, c.limit, c.burst, c.demand, c.duration, c.saturate, keysList(c.keysSizes), c.keyLimit, c.keysRun)
 	b.WriteString(r.verdicts())
 	b.WriteString("\n| scenario | strategy | admitted / ideal | worst 1 s / bound | decisions/s (saturated) | p50 | p99 | p99.9 | Redis cmds per 1k admitted: sent (all) | allocator CPU s | Redis CPU s |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -101,6 +108,9 @@ func (r *report) markdown(plots []string) string {
 	b.WriteString("\nadmitted / ideal: admissions over what a perfect limiter would admit (per key, the offered load or burst + rate × run, whichever is less). " +
 		"worst 1 s / bound: the most admitted in any one-second window over the most a token bucket allows in one second, burst + rate (for many keys: the hottest key); above 1 is over-admission. " +
 		"Latencies include two clock reads (~60 ns here). \"sent\" counts the commands clients send (EVALSHA, EVAL); \"all\" adds those scripts run inside Redis (TIME, HGETALL, HSET, PEXPIRE…).\n")
+	if len(r.keys) > 0 {
+		b.WriteString(r.keysText())
+	}
 	if r.find("distance", "allot rate shares") != nil {
 		b.WriteString(r.distanceText())
 	}
@@ -157,6 +167,7 @@ func (r *report) verdicts() string {
 	if len(near) > 0 {
 		check(worstNear >= 0.97, "leases with rate shares at round trips up to 200ms admit %s of the ideal; target ≥ 0.97 at each", strings.Join(near, ", "))
 	}
+	r.keysVerdicts(check)
 	return b.String()
 }
 

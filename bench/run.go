@@ -54,7 +54,7 @@ func run(cfg *config) (*report, error) {
 	}{
 		{"uniform", (*session).uniform},
 		{"skew", (*session).skewed},
-		{"manykeys", (*session).manyKeys},
+		{"keys", (*session).keysScenario},
 		{"distance", (*session).distance},
 		{"failover", (*session).failover},
 	}
@@ -143,7 +143,16 @@ func (s *session) writeRules() error {
 	rule("check", c.limit, c.burst, 1, c.burst)
 	rule("skew", c.limit, c.burst, 1, c.burst)
 	rule("failover", c.limit, c.burst, 1, c.burst)
-	rule("zipf", c.keyLimit, c.keyLimit, 1, c.keyLimit)
+	for _, size := range c.keysSizes {
+		for _, phase := range []string{"load", "once", "hold"} {
+			ttl := c.keysTTL
+			if phase == "hold" {
+				ttl = holdTTL
+			}
+			fmt.Fprintf(&b, "  - name: %s\n    algorithm: token_bucket\n    limit: %d\n    period: 1s\n"+
+				"    lease: { min: 1, max: %d, ttl: %v, refresh: %v }\n", keysRule(size, phase), c.keyLimit, c.keyLimit, ttl, ttl/10)
+		}
+	}
 	for _, rtt := range c.distanceRTTs {
 		for _, kind := range distanceKinds {
 			rule(distanceRule(kind.name, rtt), c.distanceLimit, c.distanceBurst, 1, c.distanceBurst)
@@ -355,29 +364,6 @@ func (s *session) skewed(rep *report) error {
 			return fmt.Errorf("%s: %w", cand.name, err)
 		}
 		rep.rows = append(rep.rows, s.measure("skew", cand.name, -1, st, l, r)) // saturation: in the uniform scenario
-		st.close()
-	}
-	return nil
-}
-
-// manyKeys spreads the load over many keys, Zipf-distributed.
-func (s *session) manyKeys(rep *report) error {
-	c := s.cfg
-	r := s.rule("zipf")
-	l := s.baseLoad(uniformRates(c.nodes, c.demand*float64(c.limit)), c.keys)
-	for _, cand := range []struct {
-		name string
-		make func() (strategy, error)
-	}{
-		{"allot adaptive", func() (strategy, error) { return newHybrid("zipf", c.nodes, []string{s.allocAddr}) }},
-		{"Redis Lua per request", func() (strategy, error) { return newPerRequestRedis(r, c.nodes, s.redisURL, "classic:zipf:") }},
-		{"local only (limit/N)", func() (strategy, error) { return newLocalOnly(r, c.nodes), nil }},
-	} {
-		st, err := cand.make()
-		if err != nil {
-			return fmt.Errorf("%s: %w", cand.name, err)
-		}
-		rep.rows = append(rep.rows, s.measure(fmt.Sprintf("%d keys", c.keys), cand.name, -1, st, l, r))
 		st.close()
 	}
 	return nil

@@ -41,14 +41,18 @@ func newHybrid(rule string, nodes int, allocators []string) (*hybrid, error) {
 type hybridOptions struct {
 	tokensOnly bool          // lease tokens only, as before rate shares
 	roundTrip  time.Duration // how far the allocator is, for the timeouts
+	id         string        // the nodes' ID prefix; default "node"
 }
 
 // newHybridVia starts nodes that dial the allocators via(node) gives.
 func newHybridVia(rule string, nodes int, via func(node int) []string, o hybridOptions) (*hybrid, error) {
 	h := &hybrid{rule: rule}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.id == "" {
+		o.id = "node"
+	}
 	for i := range nodes {
-		c, err := client.New(client.Config{Allocators: via(i), NodeID: fmt.Sprintf("node-%d", i),
+		c, err := client.New(client.Config{Allocators: via(i), NodeID: fmt.Sprintf("%s-%d", o.id, i),
 			Nodes: nodes, Logger: quiet, StartTimeout: 5*time.Second + 3*o.roundTrip,
 			RPCTimeout: 250*time.Millisecond + 2*o.roundTrip, Lease: client.LeaseConfig{TokensOnly: o.tokensOnly}})
 		if err != nil {
@@ -63,6 +67,15 @@ func newHybridVia(rule string, nodes int, via func(node int) []string, o hybridO
 func (h *hybrid) decide(ctx context.Context, node int, key string) (bool, bool) {
 	d, err := h.clients[node].AllowN(ctx, h.rule, key, 1)
 	return err == nil && d.Allowed, d.Mode == client.ModeFallback
+}
+
+// keys counts the keys the nodes hold, over all nodes.
+func (h *hybrid) keys() int {
+	n := 0
+	for _, c := range h.clients {
+		n += c.Keys()
+	}
+	return n
 }
 
 func (h *hybrid) close() {

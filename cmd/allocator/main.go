@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/allocator"
+	"github.com/allot-dev/allot/internal/store"
 )
 
 type options struct {
@@ -43,6 +44,7 @@ type options struct {
 	tokenFile                    string
 	reflection, getRules         string
 	maxInFlight, maxPerNode      int
+	memoryMaxKeys                int
 	gossipKeyring                string
 	envoyListen                  string
 }
@@ -82,6 +84,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.getRules, "get-rules", "authenticated", "who may call GetRules: authenticated, on or off (ALLOT_GET_RULES)")
 	fs.IntVar(&o.maxInFlight, "max-inflight", 256, "Acquire, Release, Check and ShouldRateLimit calls served at once; more get ResourceExhausted at once; negative: no bound (ALLOT_MAX_INFLIGHT)")
 	fs.IntVar(&o.maxPerNode, "max-inflight-per-node", 32, "calls in flight from one node_id; negative: no bound (ALLOT_MAX_INFLIGHT_PER_NODE)")
+	fs.IntVar(&o.memoryMaxKeys, "memory-max-keys", store.DefaultMemoryMaxKeys, "keys the embedded memory store holds at most; a new key past it gets ResourceExhausted (ALLOT_MEMORY_MAX_KEYS)")
 	fs.StringVar(&o.gossipKeyring, "gossip-keyring", "", "file of gossip encryption keys, base64, one a line, the first encrypts; reloaded on SIGHUP (ALLOT_GOSSIP_KEYRING). Default: gossip in the clear")
 	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
@@ -162,6 +165,9 @@ func run(args []string, stderr io.Writer) error {
 	if o.maxInFlight == 0 || o.maxPerNode == 0 {
 		return errors.New("--max-inflight, --max-inflight-per-node: 0 would refuse every call; give a bound, or a negative number for none")
 	}
+	if o.memoryMaxKeys < 1 {
+		return fmt.Errorf("--memory-max-keys: must be at least 1, got %d", o.memoryMaxKeys)
+	}
 	a, err := allocator.New(allocator.Config{
 		Listen: o.listen, RulesFile: o.config, RedisURL: o.redis, RedisCluster: o.redisCluster, MetricsListen: o.metrics,
 		StoreTimeout: o.storeTimeout, Logger: log,
@@ -170,7 +176,7 @@ func run(args []string, stderr io.Writer) error {
 			NodeIdentity: o.tlsNodeID, Reload: o.tlsReload},
 		MetricsTLS: o.metricsTLS, TokenFile: o.tokenFile, Reflection: reflection, GetRules: getRules,
 		MaxInFlight: o.maxInFlight, MaxInFlightPerNode: o.maxPerNode, GossipKeyringFile: o.gossipKeyring,
-		EnvoyListen: o.envoyListen,
+		EnvoyListen: o.envoyListen, MemoryMaxKeys: o.memoryMaxKeys,
 	})
 	if err != nil {
 		return err

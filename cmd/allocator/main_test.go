@@ -174,12 +174,14 @@ func TestSecurityFlags(t *testing.T) {
 	t.Setenv("ALLOT_TLS_CERT", "/etc/allot/tls.crt")
 	t.Setenv("ALLOT_AUTH_TOKEN_FILE", "/etc/allot/tokens")
 	t.Setenv("ALLOT_MAX_INFLIGHT", "64")
+	t.Setenv("ALLOT_MEMORY_MAX_KEYS", "1000")
 	o, err := parse([]string{"--tls-key", "/etc/allot/tls.key", "--reflection", "off"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.tlsCert != "/etc/allot/tls.crt" || o.tlsKey != "/etc/allot/tls.key" || o.tokenFile != "/etc/allot/tokens" ||
-		o.maxInFlight != 64 || o.maxPerNode != 32 || o.reflection != "off" || o.getRules != "authenticated" || o.tlsNodeID != "{node}" {
+		o.maxInFlight != 64 || o.maxPerNode != 32 || o.reflection != "off" || o.getRules != "authenticated" || o.tlsNodeID != "{node}" ||
+		o.memoryMaxKeys != 1000 {
 		t.Fatalf("options %+v", *o)
 	}
 	os.Unsetenv("ALLOT_TLS_CERT")
@@ -191,6 +193,7 @@ func TestSecurityFlags(t *testing.T) {
 		{[]string{"--reflection", "maybe"}, "--reflection"},
 		{[]string{"--get-rules", "no"}, "--get-rules"},
 		{[]string{"--max-inflight", "0"}, "--max-inflight"},
+		{[]string{"--memory-max-keys", "0"}, "--memory-max-keys"},
 		{[]string{"--tls-key", "k.pem"}, "--tls-cert and --tls-key"},
 		{[]string{"--auth-token-file", "tokens"}, "--auth-token-file needs --tls-cert"},
 		{[]string{"--metrics-tls", "yes"}, "--metrics-tls"},

@@ -53,6 +53,10 @@ type Config struct {
 	Store store.Store
 	// MetricsListen serves /metrics and /healthz over HTTP. default: none
 	MetricsListen string
+	// MemoryMaxKeys bounds the keys the embedded memory store holds: past
+	// it a call on a new key is refused with ResourceExhausted, while the
+	// keys held keep working. default: store.DefaultMemoryMaxKeys
+	MemoryMaxKeys int
 	// StoreTimeout bounds each store call. default: 100ms
 	StoreTimeout time.Duration
 	// Limits bound the input of every call. default: server.DefaultLimits()
@@ -157,6 +161,7 @@ func New(cfg Config) (*Allocator, error) {
 		return nil, err
 	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.registerMemoryStore()
 	a.metrics = server.NewMetrics(a.registry)
 	a.shed = newShedder(bound(cfg.MaxInFlight, defaultMaxInFlight), bound(cfg.MaxInFlightPerNode, defaultMaxInFlightPerNode), a.registry)
 	a.server, err = server.New(server.Config{Store: a.store, Rules: set, StoreTimeout: cfg.StoreTimeout,
@@ -277,9 +282,31 @@ func (a *Allocator) openStore() error {
 		a.log.Info("store: redis", "url", redactURL(a.cfg.RedisURL), "cluster", a.cfg.RedisCluster)
 		return nil
 	}
-	a.store, a.ownStore = store.NewMemory(clock.Real()), true
-	a.log.Warn("store: embedded memory: state is lost on restart and is not shared; run one allocator, or use --redis for several")
+	mem := store.NewMemoryWith(clock.Real(), store.MemoryOptions{MaxKeys: a.cfg.MemoryMaxKeys})
+	a.store, a.ownStore = mem, true
+	a.log.Warn("store: embedded memory: state is lost on restart and is not shared; run one allocator, or use --redis for several",
+		"max_keys", mem.MaxKeys())
 	return nil
+}
+
+// registerMemoryStore exports how full a memory store is: the keys it
+// holds, its cap and the calls it refused at the cap.
+func (a *Allocator) registerMemoryStore() {
+	mem, ok := a.store.(*store.Memory)
+	if !ok {
+		return
+	}
+	a.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_allocator_memory_store_keys", Help: "Keys the embedded memory store holds.",
+		}, func() float64 { return float64(mem.Keys()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_allocator_memory_store_max_keys", Help: "The memory store's key cap (--memory-max-keys).",
+		}, func() float64 { return float64(mem.MaxKeys()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "allot_allocator_memory_store_refused_total", Help: "Calls on a new key the memory store refused at its cap.",
+		}, func() float64 { return float64(mem.Refused()) }),
+	)
 }
 
 func (a *Allocator) closeStore() {

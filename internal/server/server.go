@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -286,6 +287,9 @@ func (s *Server) storeError(ctx context.Context, op string, err error) error {
 		return invalid("cost", "%v", err)
 	case errors.Is(err, store.ErrNotLeasable):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, store.ErrFull):
+		s.failures.Warn("store full: new keys refused", "op", op, "err", err)
+		return storeFull(op, err)
 	}
 	s.failures.Warn("store call failed", "op", op, "err", err)
 	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
@@ -294,4 +298,24 @@ func (s *Server) storeError(ctx context.Context, op string, err error) error {
 	// Not an outage (a script error, a key of the wrong type): retrying
 	// elsewhere will not help, and nodes must not take it for one.
 	return status.Errorf(codes.Internal, "store error: %v", err)
+}
+
+// storeFull is the status of a call the memory store refused at its key
+// cap: ResourceExhausted naming the cap, and for Acquire the request of the
+// new key first ("requests[3].key: ..."), as other refusals of one request
+// are named. There is no RetryInfo: it is no rate-limit refusal, and only
+// keys expiring make room.
+func storeFull(op string, err error) error {
+	msg := fmt.Sprintf("%v (the allocator's --memory-max-keys)", err)
+	var full *store.FullError
+	if errors.As(err, &full) && op == "acquire" {
+		msg = fmt.Sprintf("requests[%d].key: %s", full.Request, msg)
+	}
+	st := status.New(codes.ResourceExhausted, msg)
+	if d, derr := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+		{Subject: "allocator memory store keys", Description: err.Error()},
+	}}); derr == nil {
+		st = d
+	}
+	return st.Err()
 }

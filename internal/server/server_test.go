@@ -290,3 +290,44 @@ func TestStoreFailures(t *testing.T) {
 	_, err = broken.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "k"})
 	wantStatus(t, err, codes.Internal, "WRONGTYPE")
 }
+
+// A memory store at its key cap refuses a new key with ResourceExhausted
+// naming the cap (and, for Acquire, the request), no RetryInfo; the keys it
+// holds keep being decided.
+func TestStoreFullIsResourceExhausted(t *testing.T) {
+	st := store.NewMemoryWith(clock.Real(), store.MemoryOptions{MaxKeys: 2})
+	t.Cleanup(func() { st.Close() })
+	api, _ := serve(t, st)
+	c := ctx(t)
+	for _, k := range []string{"a", "b"} {
+		if _, err := api.Check(c, &allotv1.CheckRequest{Rule: "tb", Key: k, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := api.Check(c, &allotv1.CheckRequest{Rule: "tb", Key: "c", Cost: 1})
+	s := status.Convert(err)
+	if s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "the cap is 2") || !strings.Contains(s.Message(), "--memory-max-keys") {
+		t.Errorf("Check on a new key: %v", err)
+	}
+	quota := false
+	for _, d := range s.Details() {
+		switch d.(type) {
+		case *errdetails.QuotaFailure:
+			quota = true
+		case *errdetails.RetryInfo:
+			t.Error("a full store is no rate-limit refusal: no RetryInfo")
+		}
+	}
+	if !quota {
+		t.Error("no QuotaFailure detail")
+	}
+	_, err = api.Acquire(c, &allotv1.AcquireRequest{NodeId: "n1", Requests: []*allotv1.LeaseRequest{
+		{Rule: "tb", Key: "a", Want: 1}, {Rule: "tb", Key: "d", Want: 1},
+	}})
+	if s := status.Convert(err); s.Code() != codes.ResourceExhausted || !strings.HasPrefix(s.Message(), "requests[1].key: ") {
+		t.Errorf("Acquire with a new key: %v", err)
+	}
+	if d, err := api.Check(c, &allotv1.CheckRequest{Rule: "tb", Key: "b", Cost: 1}); err != nil || !d.GetAllowed() {
+		t.Errorf("Check on a key held: %v, %v", d, err)
+	}
+}

@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/allot-dev/allot/internal/clock"
@@ -12,25 +15,74 @@ import (
 
 // Memory is the embedded store of a single allocator. Its state lives in the
 // process and is lost on restart; keys are forgotten when their state would
-// have reset by itself, so memory follows the number of active keys.
+// have reset by itself, so memory follows the number of active keys, up to
+// MemoryOptions.MaxKeys: past it a new key is refused with ErrFull, while
+// the keys held keep deciding.
 type Memory struct {
-	clk    clock.Clock
-	seed   maphash.Seed
-	shards [memoryShards]memoryShard
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	clk     clock.Clock
+	seed    maphash.Seed
+	shards  [memoryShards]memoryShard
+	maxKeys int64
+	keys    atomic.Int64  // held, over every shard
+	refused atomic.Uint64 // calls refused because the store was full
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
 }
 
 const (
 	memoryShards = 64
 	// sweepEvery is how often expired keys are dropped.
 	sweepEvery = 10 * time.Second
+	// fullSweepGap is the least time between two sweeps of one shard made
+	// because the store was full: a flood of new keys at the cap costs a
+	// scan of the store a second at most, not one per call.
+	fullSweepGap = time.Second
 )
+
+// DefaultMemoryMaxKeys is MemoryOptions.MaxKeys' default. A token-bucket
+// key with one holder takes ~850 B here (the map entry, its state and its
+// holders map; measured with 500,000 keys), more with several holders, so
+// the default bounds the store near 2 GB: room for the active keys of a
+// large fleet on one allocator, and a bound a small host survives. A
+// fleet with more active keys than this wants Redis.
+const DefaultMemoryMaxKeys = 2_000_000
+
+// MemoryOptions tune the memory store. The zero value is the default.
+type MemoryOptions struct {
+	// MaxKeys bounds the (rule, key) states held. A call that would add
+	// one more is refused with ErrFull, after expired keys are swept;
+	// calls on keys held go on. default: DefaultMemoryMaxKeys
+	MaxKeys int
+}
+
+// ErrFull is returned, wrapped in a *FullError, for a call on a new key
+// when the memory store holds MemoryOptions.MaxKeys keys.
+var ErrFull = errors.New("store: full")
+
+// FullError says which call found the store full, and how full.
+type FullError struct {
+	// Request is the index of the refused request in an Acquire batch
+	// (the ones before it were applied); 0 for Check.
+	Request int
+	Keys    int64 // keys held
+	Max     int64 // the cap
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("%v: %d keys held, the cap is %d; a new key is refused until some expire", ErrFull, e.Keys, e.Max)
+}
+
+// Is makes errors.Is(err, ErrFull) hold.
+func (e *FullError) Is(target error) bool { return target == ErrFull }
 
 type memoryShard struct {
 	mu sync.Mutex
 	m  map[memKey]*state
+	// soonest is at most the earliest expiry in m (µs): before it, a sweep
+	// of the shard would find nothing. swept is when a full store last
+	// swept it.
+	soonest, swept int64
 }
 
 type memKey struct {
@@ -40,10 +92,16 @@ type memKey struct {
 	key     string
 }
 
-// NewMemory returns an in-memory store reading time from clk, and starts
-// the sweeper that Close stops.
-func NewMemory(clk clock.Clock) *Memory {
-	m := &Memory{clk: clk, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
+// NewMemory returns an in-memory store with the default options, reading
+// time from clk, and starts the sweeper that Close stops.
+func NewMemory(clk clock.Clock) *Memory { return NewMemoryWith(clk, MemoryOptions{}) }
+
+// NewMemoryWith is NewMemory with options.
+func NewMemoryWith(clk clock.Clock, o MemoryOptions) *Memory {
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultMemoryMaxKeys
+	}
+	m := &Memory{clk: clk, seed: maphash.MakeSeed(), maxKeys: int64(o.MaxKeys), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range m.shards {
 		m.shards[i].m = make(map[memKey]*state)
 	}
@@ -53,21 +111,100 @@ func NewMemory(clk clock.Clock) *Memory {
 
 func (m *Memory) now() int64 { return m.clk.Now().UnixMicro() }
 
-// with runs f on the state of (rule, key) under its shard's lock.
-func (m *Memory) with(r *rules.Rule, key string, now int64, f func(*state)) {
+// with runs f on the state of (rule, key) under its shard's lock. A key
+// that is new takes a place under the cap, or the call gets a *FullError.
+// With create false a missing key is left missing and f is not run: what
+// a call on a fresh state that changes nothing would do.
+func (m *Memory) with(r *rules.Rule, key string, now int64, create bool, f func(*state)) error {
 	k := memKey{rule: r.Name, alg: r.Algorithm, variant: stateVariant(r), key: key}
 	sh := &m.shards[maphash.String(m.seed, key)%memoryShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	st, ok := sh.m[k]
-	if !ok || st.expires <= now {
+	switch {
+	case ok && st.expires > now:
+	case !create:
+		return nil
+	case ok: // expired: starts afresh in its place
+		st = newState(r, now)
+		sh.m[k] = st
+	default:
+		if err := m.admit(sh, now); err != nil {
+			return err
+		}
 		st = newState(r, now)
 		sh.m[k] = st
 	}
 	f(st)
+	sh.soonest = min(sh.soonest, st.expires)
+	return nil
 }
 
-// Acquire implements Store.
+// admit takes a place for a new key in sh, whose lock the caller holds.
+// At the cap it sweeps what may have expired first: sh, then the shards
+// whose lock is free (waiting for one while holding sh's could deadlock
+// with a caller doing the same the other way round).
+func (m *Memory) admit(sh *memoryShard, now int64) error {
+	if m.reserve() {
+		return nil
+	}
+	if m.sweepIfDue(sh, now) && m.reserve() {
+		return nil
+	}
+	for i := range m.shards {
+		o := &m.shards[i]
+		if o == sh || !o.mu.TryLock() {
+			continue
+		}
+		swept := m.sweepIfDue(o, now)
+		o.mu.Unlock()
+		if swept && m.reserve() {
+			return nil
+		}
+	}
+	m.refused.Add(1)
+	return &FullError{Keys: m.keys.Load(), Max: m.maxKeys}
+}
+
+// reserve counts one more key if the cap allows it.
+func (m *Memory) reserve() bool {
+	if m.keys.Add(1) <= m.maxKeys {
+		return true
+	}
+	m.keys.Add(-1)
+	return false
+}
+
+// sweepIfDue sweeps sh, whose lock the caller holds, if a key there may
+// have expired and a full store has not swept it within fullSweepGap.
+func (m *Memory) sweepIfDue(sh *memoryShard, now int64) bool {
+	if now < sh.soonest || now-sh.swept < fullSweepGap.Microseconds() {
+		return false
+	}
+	sh.swept = now
+	m.sweepShard(sh, now)
+	return true
+}
+
+// sweepShard drops the expired keys of sh, whose lock the caller holds,
+// and learns the shard's earliest expiry.
+func (m *Memory) sweepShard(sh *memoryShard, now int64) {
+	soonest := int64(maxWaitUS)
+	for k, st := range sh.m {
+		if st.expires <= now {
+			delete(sh.m, k)
+			m.keys.Add(-1)
+			continue
+		}
+		soonest = min(soonest, st.expires)
+	}
+	sh.soonest = soonest
+}
+
+// Acquire implements Store. A batch that meets a new key at the cap fails
+// there with a *FullError naming it; the requests before it were applied,
+// as a Redis pipeline cut short leaves them, and a node's retry with the
+// same sequence numbers is answered again, not applied twice.
 func (m *Memory) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -81,12 +218,19 @@ func (m *Memory) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, e
 	out := make([]Lease, len(reqs))
 	for i := range reqs {
 		req := &reqs[i]
-		m.with(req.Rule, req.Key, now, func(st *state) { out[i] = st.acquire(req.Rule, now, req) })
+		if err := m.with(req.Rule, req.Key, now, true, func(st *state) { out[i] = st.acquire(req.Rule, now, req) }); err != nil {
+			var full *FullError
+			if errors.As(err, &full) {
+				full.Request = i
+			}
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// Release implements Store.
+// Release implements Store. A key not held is skipped: releasing into a
+// fresh state changes nothing, so a full store never refuses a return.
 func (m *Memory) Release(ctx context.Context, rets []Return) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -99,7 +243,7 @@ func (m *Memory) Release(ctx context.Context, rets []Return) error {
 	now := m.now()
 	for i := range rets {
 		ret := &rets[i]
-		m.with(ret.Rule, ret.Key, now, func(st *state) { st.release(ret.Rule, now, ret) })
+		_ = m.with(ret.Rule, ret.Key, now, false, func(st *state) { st.release(ret.Rule, now, ret) })
 	}
 	return nil
 }
@@ -114,11 +258,14 @@ func (m *Memory) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 	}
 	now := m.now()
 	var d Decision
-	m.with(r, key, now, func(st *state) { d = st.check(r, now, cost) })
+	if err := m.with(r, key, now, true, func(st *state) { d = st.check(r, now, cost) }); err != nil {
+		return Decision{}, err
+	}
 	return d, nil
 }
 
-// Len is the number of keys held; tests use it to see the sweeper work.
+// Len is the number of keys held, counted shard by shard; tests use it to
+// see the sweeper work.
 func (m *Memory) Len() int {
 	n := 0
 	for i := range m.shards {
@@ -130,17 +277,22 @@ func (m *Memory) Len() int {
 	return n
 }
 
+// Keys is the number of keys held, without a lock: the metric's reading.
+func (m *Memory) Keys() int64 { return m.keys.Load() }
+
+// MaxKeys is the cap on Keys.
+func (m *Memory) MaxKeys() int64 { return m.maxKeys }
+
+// Refused counts the calls refused with ErrFull.
+func (m *Memory) Refused() uint64 { return m.refused.Load() }
+
 // Sweep drops every key whose state has expired.
 func (m *Memory) Sweep() {
 	now := m.now()
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()
-		for k, st := range sh.m {
-			if st.expires <= now {
-				delete(sh.m, k)
-			}
-		}
+		m.sweepShard(sh, now)
 		sh.mu.Unlock()
 	}
 }

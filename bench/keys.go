@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The keys scenario measures what the long tail costs: many keys at modest
+// rates, Zipf-distributed (s=1.1) over 10,000 to 1,000,000 keys, on 8
+// nodes. At each size it runs four phases:
+//
+//  1. load: Allot's adaptive leases, per-request Redis and local-only
+//     limiting on the same load (the rows "N keys" of the main table), with
+//     the nodes' heap taken before the load, when it stops (keys live) and
+//     two lease TTLs later (keys idle);
+//  2. touch once: 8 fresh nodes touch fresh keys once each, at a steady
+//     pace, and the keys live their whole life (lease, sweeps, return,
+//     eviction): the nodes' CPU and the allocator's, per key;
+//  3. hold: a fresh node holds N keys at once under a rule whose lease
+//     outlives the phase, so that nothing is due: its CPU over a window
+//     with no traffic (the sweep's cost), its heap per key, and Redis's
+//     used_memory per key;
+//  4. the report's table, verdicts and plot (keys_report.go).
+//
+// Each phase has nodes of its own, closed at its end, so that what one
+// leaves behind (keys still retrying, say) is not counted in the next.
+
+// keysResult is what the scenario measured at one size.
+type keysResult struct {
+	keys int
+	// Load phase: copies of the adaptive and per-request Redis rows of the
+	// main table.
+	adaptive, redis *row
+	held            int     // keys the nodes held when the load stopped, over all nodes
+	heapLive        float64 // node heap per key held then, bytes
+	heapIdle        float64 // the same, two lease TTLs later
+	heldIdle        int     // keys still held then
+	// Touch-once phase.
+	touched   int           // key touches: keys per node × nodes
+	touchWall time.Duration // from the first touch until the last key left
+	touchLeft int           // keys still held when the phase gave up waiting
+	nodeUS    float64       // node CPU per key touched once, µs
+	allocUS   float64       // allocator CPU per key touched once, µs
+	touchCmds float64       // Redis commands sent per key touched once
+	// Hold phase.
+	hold        int     // keys the holding node held during the window
+	windowCmds  int64   // Redis commands sent during the window: ~0 if nothing was due
+	sweepPct    float64 // its CPU with nothing due, % of one core
+	heapHeld    float64 // its heap per key held, bytes
+	redisPerKey float64 // Redis used_memory per key stored, bytes
+	redisKeys   int64   // keys of the hold rule stored in Redis: those that had a lease
+	samples     []string
+}
+
+// keysRule names the rule of one size and phase: no name is a prefix of
+// another, so a Redis pattern finds one rule's keys.
+func keysRule(size int, phase string) string { return fmt.Sprintf("keys-%d-%s", size, phase) }
+
+// holdTTL is the lease TTL of the hold phase's rule: longer than the phase,
+// so that no lease ends and no key goes idle while it is measured.
+const holdTTL = 10 * time.Minute
+
+func (s *session) keysScenario(rep *report) error {
+	for _, size := range s.cfg.keysSizes {
+		res, err := s.keysAt(size, rep)
+		if err != nil {
+			return fmt.Errorf("%d keys: %w", size, err)
+		}
+		rep.keys = append(rep.keys, res)
+	}
+	return nil
+}
+
+func (s *session) keysAt(size int, rep *report) (*keysResult, error) {
+	out := &keysResult{keys: size}
+	if err := s.keysLoad(out, rep); err != nil {
+		return nil, err
+	}
+	if err := s.touchOnce(out); err != nil {
+		return nil, err
+	}
+	if err := s.holdKeys(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// keysLoad runs the Zipf load with every strategy and takes the nodes'
+// heap: before, when the load stops, and two lease TTLs later.
+func (s *session) keysLoad(out *keysResult, rep *report) error {
+	c := s.cfg
+	r := s.rule(keysRule(out.keys, "load"))
+	l := s.baseLoad(uniformRates(c.nodes, c.demand*float64(c.limit)), out.keys)
+	l.duration = c.keysRun
+	scenario := fmt.Sprintf("%d keys", out.keys)
+
+	h, err := newHybrid(r.Name, c.nodes, []string{s.allocAddr})
+	if err != nil {
+		return err
+	}
+	before := heapAfterGC()
+	w := s.measure(scenario, "allot adaptive", -1, h, l, r)
+	// Keys go idle half a TTL after their last request: take the heap at
+	// once, with what only the bench holds dropped.
+	w.res.perKeyOff, w.res.perKeyAdm = nil, nil
+	live, held := heapAfterGC(), h.keys()
+	out.held = held
+	if held > 0 {
+		out.heapLive = (float64(live) - float64(before)) / float64(held)
+	}
+	out.samples = append(out.samples, s.memoryUsage("*"+r.Name+"*", "allot key under the Zipf load")...)
+	rep.rows = append(rep.rows, w)
+	out.adaptive = &w
+	time.Sleep(2 * r.Lease.TTL)
+	idle := heapAfterGC()
+	out.heldIdle = h.keys()
+	if held > 0 {
+		out.heapIdle = (float64(idle) - float64(before)) / float64(held)
+	}
+	progress("  nodes' heap: %.0f B per live key (%d keys held), %.0f B per idle key after 2 × TTL (%d still held)",
+		out.heapLive, held, out.heapIdle, out.heldIdle)
+	h.close()
+
+	prefix := fmt.Sprintf("classic:keys%d:", out.keys)
+	for _, cand := range []struct {
+		name string
+		make func() (strategy, error)
+	}{
+		{"Redis Lua per request", func() (strategy, error) { return newPerRequestRedis(r, c.nodes, s.redisURL, prefix) }},
+		{"local only (limit/N)", func() (strategy, error) { return newLocalOnly(r, c.nodes), nil }},
+	} {
+		st, err := cand.make()
+		if err != nil {
+			return fmt.Errorf("%s: %w", cand.name, err)
+		}
+		w := s.measure(scenario, cand.name, -1, st, l, r)
+		w.res.perKeyOff, w.res.perKeyAdm = nil, nil
+		rep.rows = append(rep.rows, w)
+		if cand.name == "Redis Lua per request" {
+			out.redis = &w
+			out.samples = append(out.samples, s.memoryUsage(prefix+"*", "per-request Redis key")...)
+		}
+		st.close()
+	}
+	return nil
+}
+
+// touchOnce has every node touch fresh keys once each, at a steady pace
+// the allocator keeps up with, and waits until every key has left the
+// nodes: the CPU of the nodes (this process, less its idle CPU over the
+// same time) and of the allocator, per key touched.
+func (s *session) touchOnce(out *keysResult) error {
+	c := s.cfg
+	rule := keysRule(out.keys, "once")
+	h, err := newHybridVia(rule, c.nodes, func(int) []string { return []string{s.allocAddr} }, hybridOptions{id: "once"})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	perNode := min(out.keys, c.keysTouch)
+	names := make([]string, perNode)
+	for i := range names {
+		names[i] = "t" + strconv.Itoa(i)
+	}
+	idle, allocIdle := s.idleCPU(time.Second)
+	rate := c.keysTouchRate / float64(c.nodes)
+	progress("  touch once: %d keys on each of %d nodes at %.0f keys/s each", perNode, c.nodes, rate)
+	s.resetStats()
+	cpu0, alloc0, start := selfCPU(), s.allocCPU(), time.Now()
+	var wg sync.WaitGroup
+	for node := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pace(rate, len(names), func(i int) { h.clients[node].Allow(context.Background(), rule, names[i]) })
+		}()
+	}
+	wg.Wait()
+	// A key leaves half a TTL after its last request, with a sweep to
+	// spare; the wait allows for far more, and gives up saying how many
+	// keys stayed.
+	ttl := s.rule(rule).Lease.TTL
+	if !waitFor(3*ttl+5*time.Second, func() bool { return h.keys() == 0 }) {
+		out.touchLeft = h.keys()
+		progress("  touch once: %d keys still held %v after the last touch", out.touchLeft, 3*ttl+5*time.Second)
+	}
+	time.Sleep(200 * time.Millisecond) // the last returns, sent by goroutines of their own
+	wall := time.Since(start)
+	node := selfCPU() - cpu0 - time.Duration(float64(idle)*wall.Seconds())
+	alloc := s.allocCPU() - alloc0 - time.Duration(float64(allocIdle)*wall.Seconds())
+	out.touched, out.touchWall = perNode*c.nodes, wall
+	out.nodeUS = float64(node.Microseconds()) / float64(out.touched)
+	out.allocUS = float64(alloc.Microseconds()) / float64(out.touched)
+	sent, _ := s.commandStats()
+	out.touchCmds = float64(sent) / float64(out.touched)
+	progress("  touch once: %d touches in %v: node %.1f µs per key, allocator %.1f µs per key, %.1f Redis commands sent per key",
+		out.touched, wall.Round(10*time.Millisecond), out.nodeUS, out.allocUS, out.touchCmds)
+	return nil
+}
+
+// holdKeys has one more node hold N keys at once, then measures its CPU
+// over a window with no traffic and nothing due, its heap per key, and
+// Redis's memory per key.
+func (s *session) holdKeys(out *keysResult) error {
+	c := s.cfg
+	rule := keysRule(out.keys, "hold")
+	names := make([]string, out.keys)
+	for i := range names {
+		names[i] = "h" + strconv.Itoa(i)
+	}
+	h, err := newHybridVia(rule, 1, func(int) []string { return []string{s.allocAddr} }, hybridOptions{id: "holder"})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	s.settleRedis()
+	window := c.keysWindow
+	idle, _ := s.idleCPU(window)
+	before, mem0 := heapAfterGC(), s.usedMemory()
+	progress("  hold: %d keys on one node at %.0f keys/s", out.keys, c.keysHoldRate)
+	s.resetStats()
+	pace(c.keysHoldRate, len(names), func(i int) { h.clients[0].Allow(context.Background(), rule, names[i]) })
+	// Wait for the first leases, and for the shares of keys gone quiet to
+	// be given back: until a script has run per key and the node sends
+	// Redis fewer than one command per second per 10,000 keys (at least
+	// 2), for at most a minute.
+	s.waitRedisCalm(int64(out.keys), max(float64(out.keys)/1e4, 2), time.Minute)
+	held := h.keys()
+	mem1, stored := s.usedMemory(), s.countKeys("*"+rule+"*")
+	heap := heapAfterGC()
+	sent0, _ := s.commandStats()
+	cpu0 := selfCPU()
+	time.Sleep(window)
+	cpu := selfCPU() - cpu0 - time.Duration(float64(idle)*window.Seconds())
+	sent1, _ := s.commandStats()
+	out.windowCmds = sent1 - sent0 - 1 // less the INFO that read them
+	out.hold = held
+	out.sweepPct = 100 * cpu.Seconds() / window.Seconds()
+	if held > 0 {
+		out.heapHeld = (float64(heap) - float64(before)) / float64(held)
+	}
+	out.redisKeys = stored
+	if out.redisKeys > 0 {
+		out.redisPerKey = float64(mem1-mem0) / float64(out.redisKeys)
+	}
+	out.samples = append(out.samples, s.memoryUsage("*"+rule+"*", "allot key, one holder")...)
+	progress("  hold: %d keys held (%d at the end, %d in Redis): %.2f%% of a core over %v with %d Redis commands, heap %.0f B per key; Redis %.0f B per key",
+		held, h.keys(), out.redisKeys, out.sweepPct, window, out.windowCmds, out.heapHeld, out.redisPerKey)
+	return nil
+}
+
+// pace calls f(0..n-1) at rate calls per second, in steps of 10ms.
+func pace(rate float64, n int, f func(i int)) {
+	const step = 10 * time.Millisecond
+	start := time.Now()
+	for i := 0; i < n; {
+		due := min(int(rate*time.Since(start).Seconds())+1, n)
+		for ; i < due; i++ {
+			f(i)
+		}
+		time.Sleep(step)
+	}
+}
+
+func waitFor(within time.Duration, ok func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
+
+// selfCPU is the user and system CPU this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// idleCPU is the CPU per second of wall time of this process and of the
+// allocator while they do nothing but their background loops, over d: the
+// baseline the phases subtract.
+func (s *session) idleCPU(d time.Duration) (self, alloc time.Duration) {
+	runtime.GC()
+	c0, a0, t0 := selfCPU(), s.allocCPU(), time.Now()
+	time.Sleep(d)
+	wall := time.Since(t0).Seconds()
+	return time.Duration(float64(selfCPU()-c0) / wall), time.Duration(float64(s.allocCPU()-a0) / wall)
+}
+
+func (s *session) allocCPU() time.Duration {
+	a, _ := s.cpu()
+	return time.Duration(a * float64(time.Second))
+}
+
+// heapAfterGC is the live heap: two collections, so that what sync.Pools
+// keep for one cycle is gone too.
+func heapAfterGC() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// usedMemory is Redis's INFO memory used_memory.
+func (s *session) usedMemory() int64 {
+	info, err := s.rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// countKeys counts the keys that match pattern.
+func (s *session) countKeys(pattern string) int64 {
+	var n int64
+	it := s.rdb.Scan(context.Background(), 0, pattern, 10000).Iterator()
+	for it.Next(context.Background()) {
+		n++
+	}
+	return n
+}
+
+// memoryUsage samples MEMORY USAGE of up to three keys that match pattern.
+func (s *session) memoryUsage(pattern, kind string) []string {
+	ctx := context.Background()
+	var keys []string
+	it := s.rdb.Scan(ctx, 0, pattern, 10000).Iterator()
+	for len(keys) < 3 && it.Next(ctx) {
+		keys = append(keys, it.Val())
+	}
+	var out []string
+	for _, k := range keys {
+		fields, err1 := s.rdb.HLen(ctx, k).Result()
+		n, err2 := s.rdb.MemoryUsage(ctx, k).Result()
+		if err1 != nil || err2 != nil || fields == 0 { // expired meanwhile
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s `%s`: %d B (%d fields)", kind, k, n, fields))
+	}
+	return out
+}
+
+// settleRedis waits, up to 30s, until Redis has purged the keys that
+// expired: until its key count stops falling.
+func (s *session) settleRedis() {
+	ctx := context.Background()
+	last := int64(-1)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := s.rdb.DBSize(ctx).Result()
+		if err != nil || n == last {
+			return
+		}
+		last = n
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitRedisCalm waits, up to within, until clients have sent Redis at
+// least want commands since the statistics were reset, and fewer than
+// perSec a second over the last second.
+func (s *session) waitRedisCalm(want int64, perSec float64, within time.Duration) {
+	deadline := time.Now().Add(within)
+	last, _ := s.commandStats()
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		sent, _ := s.commandStats()
+		if sent >= want && float64(sent-last-1) < perSec {
+			return
+		}
+		last = sent
+	}
+	progress("  Redis not calm within %v: %d commands sent", within, last)
+}
