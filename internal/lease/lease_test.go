@@ -23,6 +23,8 @@ type storeTransport struct {
 	mu       sync.Mutex
 	batches  []int // keys per Acquire
 	released int64
+	// releaseCalls counts Release calls that reached the store.
+	releaseCalls atomic.Int64
 	returned atomic.Int64 // tokens given back with Acquires
 	last     []Request    // the newest Acquire's requests, under mu
 	down     atomic.Bool
@@ -92,6 +94,7 @@ func (tr *storeTransport) Release(ctx context.Context, rets []Return) error {
 	if tr.down.Load() {
 		return errDown
 	}
+	tr.releaseCalls.Add(1)
 	srets := make([]store.Return, len(rets))
 	for i, r := range rets {
 		rule, _ := tr.set.Get(r.Rule)
@@ -300,8 +303,11 @@ func TestIdleKeyReturnsTokens(t *testing.T) {
 	p := tb.Pool("k")
 	f.step(2*time.Millisecond, time.Millisecond)
 	p.Take(10)
-	// Idle for half the TTL (500ms): the 90 left go back, the key leaves.
-	f.step(600*time.Millisecond, 10*time.Millisecond)
+	// Idle for half the TTL (500ms) after its use, which the loop learns at
+	// its idle check (500ms) and dates to the middle of the time since the
+	// last look (250ms): the 90 left go back at 750ms, before the lease ends
+	// (990ms), and the key leaves.
+	f.step(800*time.Millisecond, 10*time.Millisecond)
 	f.settle()
 	if got := atomic.LoadInt64(&f.tr.released); got != 90 {
 		t.Fatalf("released %d, want the 90 unused tokens", got)

@@ -102,8 +102,13 @@ type Config struct {
 	// full, MaxBatch keys): under a flow of keys each asking once, calls
 	// carry more keys each, and the store gets fewer. default: 5ms
 	CallGap time.Duration
-	// MaxBatch is the most keys in one Acquire or Release. default: 1000
+	// MaxBatch is the most keys in one Acquire or Release. default: 500
 	MaxBatch int
+	// MaxInFlight is the most Acquire calls the node has in flight; keys
+	// that ask meanwhile wait for the next call. A flood of new keys then
+	// makes a few full calls instead of many that the allocator sheds or
+	// times out. default: 4
+	MaxInFlight int
 	// MaxKeys caps the pools the node holds, over all rules. A new key
 	// beyond it gets no pool (Table.Pool says nil) until idle keys leave.
 	// default: 1,000,000 (about 0.5 GB at the bench's measured cost)
@@ -155,7 +160,10 @@ func (c *Config) fill() {
 	def(&c.BackoffBase, 50*time.Millisecond)
 	def(&c.BackoffMax, 250*time.Millisecond)
 	if c.MaxBatch <= 0 {
-		c.MaxBatch = 1000
+		c.MaxBatch = 500
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 4
 	}
 	if c.MaxKeys <= 0 {
 		c.MaxKeys = 1_000_000
@@ -175,6 +183,8 @@ type Manager struct {
 	done    chan struct{}
 	rpcs    sync.WaitGroup
 	calls   atomic.Int32 // RPCs in flight
+	// acquiring counts Acquire calls in flight; the loop's.
+	acquiring int
 	keys    atomic.Int64 // pools held, over all tables
 	overCap atomic.Int64 // new keys refused a pool at MaxKeys
 	down    atomic.Bool
@@ -404,7 +414,7 @@ func (m *Manager) nextWake() (time.Time, bool) {
 	if len(m.sharing) > 0 {
 		consider(m.nextSweep)
 	}
-	if len(m.pending) > 0 {
+	if len(m.pending) > 0 && m.acquiring < m.cfg.MaxInFlight { // (else an answer wakes the loop)
 		consider(m.flushAt)
 	}
 	if at, due := m.delayed.peek(); due {

@@ -55,6 +55,11 @@ func (m *Manager) flush(now time.Time) {
 		m.flushAt = m.nextAttempt
 		return
 	}
+	if m.acquiring >= m.cfg.MaxInFlight { // an answer wakes the loop
+		return
+	}
+	// (MaxInFlight bounds the Acquire calls a node has in flight: a flood
+	// of new keys makes a few full calls, not many the allocator sheds.)
 	// Calls are paced: while many keys ask (a long tail of keys each asking
 	// once), they share fewer, fuller calls, which is what the store counts.
 	if next := m.lastCall.Add(m.cfg.CallGap); now.Before(next) && len(m.pending) < m.cfg.MaxBatch {
@@ -62,8 +67,12 @@ func (m *Manager) flush(now time.Time) {
 		return
 	}
 	m.lastCall = now
-	batch := make([]*Pool, 0, min(len(m.pending), m.cfg.MaxBatch))
-	for _, p := range m.pending {
+	rest := m.pending
+	m.pending = nil
+	var batch []*Pool
+	for len(rest) > 0 && m.acquiring < m.cfg.MaxInFlight {
+		p := rest[0]
+		rest = rest[1:]
 		p.own.pending = false
 		switch {
 		case p.table.gone.Load() || p.tokens.Load() < 0: // its rule went, or it left its table
@@ -73,14 +82,22 @@ func (m *Manager) flush(now time.Time) {
 		default:
 			if batch = append(batch, p); len(batch) == m.cfg.MaxBatch {
 				m.send(batch, now)
-				batch = make([]*Pool, 0, m.cfg.MaxBatch)
+				batch = nil
 			}
 		}
 	}
-	if len(batch) > 0 {
+	if len(batch) > 0 && m.acquiring < m.cfg.MaxInFlight {
 		m.send(batch, now)
+		batch = nil
 	}
-	m.pending = nil
+	// What did not fit waits for an answer to free a call.
+	for _, p := range batch {
+		p.own.pending = true
+	}
+	m.pending = append(append(m.pending, batch...), rest...)
+	if len(m.pending) > 0 {
+		m.flushAt = now
+	}
 }
 
 func (m *Manager) send(pools []*Pool, now time.Time) {
@@ -103,6 +120,7 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Seq: f.seq}
 	}
 	timeout := max(m.cfg.RPCTimeout, 3*m.roundTrip())
+	m.acquiring++
 	m.rpcs.Add(1)
 	m.calls.Add(1)
 	go func() {
@@ -134,6 +152,7 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 
 func (m *Manager) apply(r result) {
 	defer m.announce()
+	m.acquiring--
 	now := m.now()
 	if r.err != nil {
 		m.failed(r, now)
@@ -186,8 +205,33 @@ func (m *Manager) failed(r result, now time.Time) {
 	jitter := 1 + 0.2*(2*rand.Float64()-1)
 	m.nextAttempt = now.Add(time.Duration(float64(m.backoff) * jitter))
 	for _, p := range r.pools {
-		m.schedule(p, m.nextAttempt)
+		if m.stillWanted(p, now) {
+			m.schedule(p, m.nextAttempt)
+		}
 	}
+}
+
+// stillWanted reports whether a key whose request failed should ask again:
+// it has demand, or admitted tokens to report. One that asked once and went
+// quiet drops its request, and with it the retries: a failed call of many
+// keys each touched once must not be sent again and again until the
+// allocator answers. What the dropped request carried is reported later
+// (at worst debited twice, never lost); what it may have been granted dies
+// with its lease in the allocator.
+func (m *Manager) stillWanted(p *Pool, now time.Time) bool {
+	o := &p.own
+	if p.consumed.Load() > 0 || !m.quiet(p, p.Rule(), now) {
+		return true
+	}
+	if f := o.unacked; f != nil {
+		o.unacked = nil
+		p.restoreConsumed(f.consumed, f.age, f.sent)
+		if f.consumed > 0 {
+			return true
+		}
+	}
+	p.queued.Store(false)
+	return false
 }
 
 // rejected handles a call the allocator refused. When the refusal names
@@ -209,6 +253,7 @@ func (m *Manager) rejected(r result, now time.Time) {
 	}
 	switch {
 	case bad >= 0:
+		m.lastCall = time.Time{} // the others ask again at once, unpaced
 		for i, p := range r.pools {
 			if i != bad {
 				m.schedule(p, now)
@@ -220,6 +265,7 @@ func (m *Manager) rejected(r result, now time.Time) {
 		p.queued.Store(false)
 		m.cfg.Logger.Warn("allocator rejected a lease request", "rule", p.table.name, "err", r.err)
 	case bad == -2:
+		m.lastCall = time.Time{}
 		for _, p := range r.pools {
 			p.own.solo = true
 			m.schedule(p, now)

@@ -32,6 +32,13 @@ func (m *Manager) service(p *Pool, now time.Time) {
 	m.accrue(p, now)
 	m.expire(p, now)
 	m.taken(p, m.sample(p, now))
+	if o := &p.own; o.lastActive.Equal(now) && o.share <= 0 {
+		// Demand since the key's last look, when it had a deadline: at some
+		// time in between, not now. Dated half an idle period back, a key
+		// touched once leaves one and a half idle periods after its use,
+		// not two, while its lease still holds what it gives back.
+		o.lastActive = now.Add(-idleAfter(p) / 2)
+	}
 	if m.idle(p, now) {
 		m.leaveSoon(p)
 		return

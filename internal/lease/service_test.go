@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -48,5 +49,114 @@ func TestKeyMapShrinks(t *testing.T) {
 	}
 	if n := len(m.table.Load().buckets); n != initialBuckets || m.len() != 0 {
 		t.Fatalf("%d buckets and %d keys after all of 100,000 left (%d at the peak), want %d and 0", n, m.len(), grown, initialBuckets)
+	}
+}
+
+// A key touched once costs one Acquire and one Release, each shared with
+// the other keys touched meanwhile: no share of the rate (it showed no
+// demand before its first request left), so no renewals and no give-back;
+// it leaves an idle period and a half after its use, while its lease still
+// holds what it gives back.
+func TestKeyTouchedOnceCostsOneAcquireAndOneRelease(t *testing.T) {
+	f := newFixture(t)
+	tb := f.table("day") // lease 100, ttl 1s
+	const keys = 1000
+	for i := range keys {
+		p := tb.Pool(fmt.Sprintf("k%d", i))
+		p.Consumed(1) // admitted on its fallback share while the lease is on its way
+	}
+	f.step(2*time.Second, 10*time.Millisecond)
+	f.settle()
+	items := 0
+	for _, n := range f.tr.calls() {
+		items += n
+	}
+	if items != keys {
+		t.Fatalf("%d lease requests for %d keys touched once (calls %v), want one each", items, keys, f.tr.calls())
+	}
+	if got := f.tr.releaseCalls.Load(); got > 3 {
+		t.Fatalf("%d Release calls, want the keys' returns shared in a few", got)
+	}
+	if got, want := atomic.LoadInt64(&f.tr.released), int64(keys*100); got != want {
+		t.Fatalf("released %d tokens, want %d: each key's whole lease (its one token was reported with its request)", got, want)
+	}
+	if n := tb.Len(); n != 0 {
+		t.Fatalf("%d keys left 2s after their only use", n)
+	}
+}
+
+// A node never has more than MaxInFlight Acquire calls out: a flood of new
+// keys waits for answers and goes out in full calls, instead of calls the
+// allocator would shed or time out.
+func TestAcquireCallsInFlightAreBounded(t *testing.T) {
+	f := newFixtureWith(t, func(c *Config) { c.MaxInFlight = 2; c.MaxBatch = 100 })
+	release := make(chan struct{})
+	var inFlight, most atomic.Int32
+	f.tr.during = func() {
+		n := inFlight.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		<-release
+		inFlight.Add(-1)
+	}
+	tb := f.table("day")
+	for i := range 1000 {
+		tb.Pool(fmt.Sprintf("k%d", i))
+	}
+	f.clk.Advance(2 * time.Millisecond)
+	waitFor(t, func() bool { return inFlight.Load() == 2 })
+	time.Sleep(20 * time.Millisecond) // no third call may leave
+	if got := most.Load(); got != 2 {
+		t.Fatalf("%d calls in flight, want at most 2", got)
+	}
+	close(release)
+	f.step(100*time.Millisecond, time.Millisecond)
+	items := 0
+	for _, n := range f.tr.calls() {
+		items += n
+		if n > 100 {
+			t.Fatalf("a call of %d keys, more than MaxBatch", n)
+		}
+	}
+	if items != 1000 || most.Load() != 2 {
+		t.Fatalf("%d keys asked in calls %v (most in flight %d), want all 1000 in full calls, 2 at a time", items, f.tr.calls(), most.Load())
+	}
+}
+
+// A failed call is not sent again for keys that have gone quiet: keys
+// touched once while the allocator is down stop asking, and leave, instead
+// of being retried until it answers.
+func TestFailedCallsAreNotRetriedForQuietKeys(t *testing.T) {
+	f := newFixture(t)
+	var attempts atomic.Int64
+	f.tr.during = func() { attempts.Add(1) }
+	f.tr.down.Store(true)
+	tb := f.table("day")
+	for i := range 100 {
+		tb.Pool(fmt.Sprintf("k%d", i))
+	}
+	f.step(3*time.Second, 10*time.Millisecond)
+	if n := tb.Len(); n != 0 {
+		t.Fatalf("%d keys still held 3s after their only request failed", n)
+	}
+	before := len(f.tr.calls())
+	f.step(2*time.Second, 10*time.Millisecond)
+	if got := len(f.tr.calls()); got != before {
+		t.Fatalf("%d calls after the keys left", got-before)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -219,9 +219,11 @@ func TestShareRenewedAheadOfItsRoundTrip(t *testing.T) {
 func TestShareOverflowIsGivenBack(t *testing.T) {
 	f := newFarFixture(t, 0, nil)
 	p := f.table("far").Pool("k")
-	// The first lease carries a share of the whole rate (one node); the key
-	// then uses a tenth of it, so most of what the share earns overflows
-	// until the renewal follows the demand down.
+	// Busy before its first request leaves, the key asks for a share of
+	// the whole rate (one node); it then uses a tenth of it, so most of what
+	// the share earns overflows until the renewal follows the demand down.
+	p.Refused(1)
+	p.Refused(1)
 	f.drive(p, 100, time.Second)
 	if got := f.tr.returned.Load(); got < 100 {
 		t.Fatalf("%d tokens given back with Acquires, want the overflow of a share of 1000/s used at 100/s", got)
