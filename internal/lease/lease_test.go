@@ -25,11 +25,11 @@ type storeTransport struct {
 	released int64
 	// releaseCalls counts Release calls that reached the store.
 	releaseCalls atomic.Int64
-	returned atomic.Int64 // tokens given back with Acquires
-	last     []Request    // the newest Acquire's requests, under mu
-	down     atomic.Bool
-	during   func() // runs inside Acquire, while the request is in flight
-	reject   string // a key whose presence fails the whole batch
+	returned     atomic.Int64 // tokens given back with Acquires
+	last         []Request    // the newest Acquire's requests, under mu
+	down         atomic.Bool
+	during       func() // runs inside Acquire, while the request is in flight
+	reject       string // a key whose presence fails the whole batch
 	// refuseAll refuses every call as a whole, as an allocator whose store
 	// answers an error that retrying will not cure.
 	refuseAll atomic.Bool

@@ -185,11 +185,11 @@ type Manager struct {
 	calls   atomic.Int32 // RPCs in flight
 	// acquiring counts Acquire calls in flight; the loop's.
 	acquiring int
-	keys    atomic.Int64 // pools held, over all tables
-	overCap atomic.Int64 // new keys refused a pool at MaxKeys
-	down    atomic.Bool
-	sync    chan chan struct{} // tests wait for the loop to catch up
-	closing sync.Once
+	keys      atomic.Int64 // pools held, over all tables
+	overCap   atomic.Int64 // new keys refused a pool at MaxKeys
+	down      atomic.Bool
+	sync      chan chan struct{} // tests wait for the loop to catch up
+	closing   sync.Once
 
 	tablesMu sync.Mutex
 	tables   map[string]*Table
