@@ -63,7 +63,11 @@ func buildGubernator(dir string) (string, error) {
 	bin := filepath.Join(dir, "gubernator")
 	out, err := exec.Command(goTool, "build", "-C", src, "-o", bin, ".").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build -C %s: %v\n%s", src, err, strings.TrimSpace(string(out)))
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) > 6 {
+			lines = append(lines[:5], fmt.Sprintf("… (%d lines more)", len(lines)-5))
+		}
+		return "", fmt.Errorf("go build -C %s: %v\n%s", src, err, strings.Join(lines, "\n"))
 	}
 	return bin, nil
 }

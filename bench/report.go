@@ -203,6 +203,7 @@ var palette = []color.Color{
 	color.RGBA{R: 31, G: 119, B: 180, A: 255}, color.RGBA{R: 214, G: 39, B: 40, A: 255},
 	color.RGBA{R: 44, G: 160, B: 44, A: 255}, color.RGBA{R: 148, G: 103, B: 189, A: 255},
 	color.RGBA{R: 255, G: 127, B: 14, A: 255}, color.RGBA{R: 140, G: 86, B: 75, A: 255},
+	color.RGBA{R: 127, G: 127, B: 127, A: 255},
 }
 
 // plotLeases draws fixed lease sizes against accuracy or Redis load, with
@@ -254,7 +255,10 @@ func (r *report) plotLeases(path string, load bool) error {
 	if w := r.find("uniform", "local only (limit/N)"); w != nil && !load {
 		ref("local only (limit/N)", value(w), palette[3])
 	}
-	if !load { // Gubernator sends no Redis command
+	if !load { // per request like Redis Lua; on accuracy only
+		if w := r.find("uniform", "Check RPC per request"); w != nil {
+			ref("Check RPC per request", value(w), palette[6])
+		}
 		for i, w := range r.gubernatorRows() {
 			ref(w.strategy, value(w), palette[4+i%2])
 		}
