@@ -26,10 +26,12 @@ func TestMain(m *testing.M) {
 // and strategy runs against a real Redis and a real allocator process, and
 // the report and plots are written. The figures of a short run on a busy
 // machine under the race detector are not the bench's figures; the test
-// checks that the instrument works and tells strategies apart.
+// checks that the instrument works and tells strategies apart. Gubernator
+// is left out: its first build takes minutes (TestGubernator checks it,
+// on demand).
 func TestShortRun(t *testing.T) {
 	out := t.TempDir()
-	cfg, err := parseFlags([]string{"--short", "--nodes", "4", "--out", out, "--redis", redistest.URL(t)})
+	cfg, err := parseFlags([]string{"--short", "--nodes", "4", "--out", out, "--redis", redistest.URL(t), "--gubernator=false"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +89,7 @@ func TestFlags(t *testing.T) {
 		{"--nodes", "0"}, {"--leases", "1,x"}, {"--failure", "0.7,0.3"}, {"--skew", "1.5"}, {"--duration", "10ms"},
 		{"--distance-rtts", "0,-5ms"}, {"--distance-rtts", "far"}, {"--distance-burst", "0"},
 		{"--keys-sizes", "1"}, {"--keys-sizes", "10000,x"}, {"--keys-run", "100ms"}, {"--keys-touch-rate", "0"}, {"--keys-ttl", "1ms"},
+		{"--gubernator-algorithm", "sliding_window"},
 	}
 	for _, args := range bad {
 		if _, err := parseFlags(args); err == nil {

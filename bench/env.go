@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,7 +56,12 @@ func (p *proc) cpuSeconds() float64 {
 
 // start runs a command until it prints ready on stdout or stderr.
 func start(ready string, within time.Duration, name string, args ...string) (*proc, error) {
-	cmd := exec.Command(name, args...)
+	return startCmd(exec.Command(name, args...), ready, within)
+}
+
+// startCmd starts cmd and waits until it prints ready on stdout or stderr.
+func startCmd(cmd *exec.Cmd, ready string, within time.Duration) (*proc, error) {
+	name := filepath.Base(cmd.Path)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -1,11 +1,13 @@
 // Command bench simulates a fleet of nodes limiting one global rate and
 // compares Allot's leases (adaptive and fixed sizes) with per-request
 // central limiting (a Redis Lua call, or a Check RPC, per decision) and
-// with local-only limiting (limit/N per node), in one run on one Redis; the
-// keys scenario (keys.go) measures what many keys cost. It prints progress
-// and writes a Markdown report and PNG plots.
+// with local-only limiting (limit/N per node), in one run on one Redis; and,
+// in the uniform scenario, with Gubernator (three daemons, GLOBAL and
+// default behaviour). The keys scenario (keys.go) measures what many keys
+// cost. It prints progress and writes a Markdown report and PNG plots.
 //
-//	go run ./bench                     # the full run (about 13 minutes on 2 cores, 9 of them keys)
+//	go run ./bench                     # the full run (about 13 minutes on 2 cores, 9 of them keys;
+//	                                   # the first also builds Gubernator's daemons, minutes more)
 //	go run ./bench --scenarios keys    # the keys scenario alone
 //	go run ./bench --short             # a few seconds: the smoke test make test runs
 package main
@@ -53,6 +55,10 @@ type config struct {
 	keysHoldRate  float64
 	keysWindow    time.Duration
 	keysTTL       time.Duration
+	// Gubernator in the uniform scenario (bench/gubernator, a module of
+	// its own), and the algorithm its limit uses.
+	gubernator    bool
+	gubernatorAlg gubernatorAlgorithm
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -83,6 +89,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.Int64Var(&c.distanceBurst, "distance-burst", 100, "distance scenario: the rule's burst")
 	fs.DurationVar(&c.distanceRun, "distance-run", 6*time.Second, "distance scenario: length of each run")
 	failure := fs.String("failure", "0.333,0.667", "failover scenario: kill and restore the allocator at these fractions of the run")
+	fs.BoolVar(&c.gubernator, "gubernator", true, "also measure Gubernator v2.13.0 (3 daemons built from bench/gubernator) in the uniform scenario")
+	gubAlg := fs.String("gubernator-algorithm", "leaky_bucket", "Gubernator's algorithm for the rule: leaky_bucket (a token bucket) or token_bucket (a fixed window)")
 	short := fs.Bool("short", false, "a few seconds in all: small durations, 2,000 keys")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -103,6 +111,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	for _, n := range sz {
 		c.keysSizes = append(c.keysSizes, int(n))
+	}
+	if c.gubernatorAlg, err = parseGubernatorAlgorithm(*gubAlg); err != nil {
+		return nil, fmt.Errorf("--gubernator-algorithm: %v", err)
 	}
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {

@@ -105,6 +105,7 @@ func (r *report) markdown(plots []string) string {
 			w.res.latency.quantile(0.5), w.res.latency.quantile(0.99), w.res.latency.quantile(0.999),
 			w.cmdsClient, w.cmdsAll, w.allocCPU, w.redisCPU)
 	}
+	b.WriteString(r.gubernatorText())
 	b.WriteString("\nadmitted / ideal: admissions over what a perfect limiter would admit (per key, the offered load or burst + rate × run, whichever is less). " +
 		"worst 1 s / bound: the most admitted in any one-second window over the most a token bucket allows in one second, burst + rate (for many keys: the hottest key); above 1 is over-admission. " +
 		"Latencies include two clock reads (~60 ns here). \"sent\" counts the commands clients send (EVALSHA, EVAL); \"all\" adds those scripts run inside Redis (TIME, HGETALL, HSET, PEXPIRE…).\n")
@@ -201,6 +202,8 @@ func (r *report) failoverText() string {
 var palette = []color.Color{
 	color.RGBA{R: 31, G: 119, B: 180, A: 255}, color.RGBA{R: 214, G: 39, B: 40, A: 255},
 	color.RGBA{R: 44, G: 160, B: 44, A: 255}, color.RGBA{R: 148, G: 103, B: 189, A: 255},
+	color.RGBA{R: 255, G: 127, B: 14, A: 255}, color.RGBA{R: 140, G: 86, B: 75, A: 255},
+	color.RGBA{R: 127, G: 127, B: 127, A: 255},
 }
 
 // plotLeases draws fixed lease sizes against accuracy or Redis load, with
@@ -252,12 +255,32 @@ func (r *report) plotLeases(path string, load bool) error {
 	if w := r.find("uniform", "local only (limit/N)"); w != nil && !load {
 		ref("local only (limit/N)", value(w), palette[3])
 	}
-	// Where the lines are not: lower right for accuracy (the lines meet
-	// near 1 at large leases); for load, between the lease lines at the
-	// bottom and per-request Redis at the top.
+	if !load { // per request like Redis Lua; on accuracy only
+		if w := r.find("uniform", "Check RPC per request"); w != nil {
+			ref("Check RPC per request", value(w), palette[6])
+		}
+		for i, w := range r.gubernatorRows() {
+			ref(w.strategy, value(w), palette[4+i%2])
+		}
+	}
+	// Where the lines are not: for load, between the lease lines at the
+	// bottom and per-request Redis at the top. For accuracy, the lines
+	// may be anywhere from 0 up (per-request strategies that cannot keep
+	// up admit a fraction): the legend sits at the top, over room no line
+	// reaches, the axis going half as high again as the highest figure.
 	p.Legend.Top, p.Legend.Left = false, false
 	if load {
 		p.Legend.YOffs = 1.2 * vg.Inch
+	} else {
+		hi := 0.0
+		for i := range r.rows {
+			if w := &r.rows[i]; w.scenario == "uniform" {
+				hi = max(hi, value(w))
+			}
+		}
+		p.Legend.Top = true
+		p.Legend.TextStyle.Font.Size = vg.Points(8)
+		p.Y.Min, p.Y.Max = 0, 1.5*hi
 	}
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
 }

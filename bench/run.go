@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ type session struct {
 	allocAddr string
 	rulesFile string
 	rules     *rules.Set
+	gub       *gubernatorCluster // while the uniform scenario measures Gubernator
 }
 
 // row is one strategy's line of the report.
@@ -118,6 +120,7 @@ func (s *session) startAllocator() error {
 }
 
 func (s *session) close() {
+	s.gub.kill()
 	s.alloc.kill()
 	if s.rdb != nil {
 		s.rdb.Close()
@@ -211,6 +214,10 @@ func (s *session) cpu() (alloc, redis float64) {
 	return alloc, redis
 }
 
+// centralCPU is a strategy whose central part is not the allocator
+// (Gubernator's daemons): the report's allocator CPU is its CPU.
+type centralCPU interface{ cpuSeconds() float64 }
+
 // measure runs one strategy through the load, then saturates it, and fills
 // a row. Redis statistics are reset after a warm-up of a fifth of the run,
 // so the command counts are those of the steady state.
@@ -218,13 +225,17 @@ func (s *session) measure(scenario, name string, lease int64, st strategy, l loa
 	progress("  %-22s %s at %.0f/s offered for %v", name, scenario, sum(l.rates), l.duration)
 	warm := l.duration / 5
 	s.resetStats()
+	cpu := s.cpu
+	if c, ok := st.(centralCPU); ok {
+		cpu = func() (float64, float64) { _, redis := s.cpu(); return c.cpuSeconds(), redis }
+	}
 	var allocCPU, redisCPU float64
 	l.events = append([]event{{at: warm, what: "warm-up over: Redis statistics reset", do: func() {
 		s.resetStats()
-		allocCPU, redisCPU = s.cpu()
+		allocCPU, redisCPU = cpu()
 	}}}, l.events...)
 	res := drive(st, l)
-	a1, r1 := s.cpu()
+	a1, r1 := cpu()
 	client, all := s.commandStats()
 	row := row{scenario: scenario, strategy: name, lease: lease, res: res, allocCPU: a1 - allocCPU, redisCPU: r1 - redisCPU}
 	row.ideal = ideal(res, r)
@@ -303,17 +314,25 @@ func (s *session) baseLoad(rates []float64, keys int) load {
 	return load{rates: rates, workers: s.cfg.workers, keys: keys, duration: s.cfg.duration}
 }
 
+// candidate is one strategy of the uniform scenario: its row's name, its
+// fixed lease size (0 adaptive, -1 not leased), the rule it is measured
+// against, and how to start it.
+type candidate struct {
+	name  string
+	lease int64
+	rule  string
+	make  func() (strategy, error)
+}
+
+// optionalError is a strategy's failure to start that skips its row, with
+// why, instead of failing the run.
+type optionalError struct{ error }
+
 // uniform compares every strategy under uniform load at demand x the limit.
 func (s *session) uniform(rep *report) error {
 	c := s.cfg
 	l := s.baseLoad(uniformRates(c.nodes, c.demand*float64(c.limit)), 1)
 	l.saturate = true
-	type candidate struct {
-		name  string
-		lease int64
-		rule  string
-		make  func() (strategy, error)
-	}
 	hybridOn := func(rule string) func() (strategy, error) {
 		return func() (strategy, error) { return newHybrid(rule, c.nodes, []string{s.allocAddr}) }
 	}
@@ -329,8 +348,14 @@ func (s *session) uniform(rep *report) error {
 		}},
 		candidate{"local only (limit/N)", -1, "adaptive", func() (strategy, error) { return newLocalOnly(s.rule("adaptive"), c.nodes), nil }},
 	)
+	cands = append(cands, s.gubernatorCandidates()...)
+	defer s.stopGubernator()
 	for _, cand := range cands {
 		st, err := cand.make()
+		if opt := (optionalError{}); errors.As(err, &opt) {
+			progress("  %s skipped: %v", cand.name, opt.error)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", cand.name, err)
 		}
