@@ -3,12 +3,15 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/allot-dev/allot/internal/clock"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/rules"
 	"github.com/allot-dev/allot/internal/store"
@@ -23,6 +26,237 @@ func logKey(tb testing.TB, rdb *redis.Client, r *rules.Rule, key string) string 
 		tb.Fatalf("keys of %s|%s: %v, %v; want one", r.Name, key, keys, err)
 	}
 	return keys[0]
+}
+
+func rawClient(t testing.TB, url string) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// logEntries reads a sliding log's members, oldest first, and the tokens
+// they hold.
+func logEntries(t *testing.T, rdb *redis.Client, key string) (members []redis.Z, tokens int64) {
+	t.Helper()
+	members, err := rdb.ZRangeWithScores(context.Background(), key, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		parts := strings.Split(m.Member.(string), ":")
+		if len(parts) != 3 {
+			t.Fatalf("member %q is not <µs>:<n>:<last>", m.Member)
+		}
+		n, err := strconv.ParseInt(parts[1], 10, 64)
+		if err != nil || parts[2] != strconv.FormatFloat(m.Score, 'f', -1, 64) {
+			t.Fatalf("member %q scored %v: want <µs>:<n>:<score>", m.Member, m.Score)
+		}
+		tokens += n
+	}
+	return members, tokens
+}
+
+// TestRedisSlidingLogEntryPerRequest: a sliding log keeps one entry per
+// admitted request, whatever its cost, so that a Check of the largest cost
+// writes one small member rather than one per token; entries logged within
+// one microsecond stay distinct; a full log refuses.
+func TestRedisSlidingLogEntryPerRequest(t *testing.T) {
+	url := redistest.URL(t)
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)) // one instant throughout
+	s := fakeClockRedis(t, url, clk)
+	rdb := rawClient(t, url)
+	ctx := context.Background()
+	r := newRule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: rules.MaxSlidingLog, Period: hour})
+
+	if d, err := s.Check(ctx, r, "big", rules.MaxSlidingLog); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("cost %d: %+v, %v", rules.MaxSlidingLog, d, err)
+	}
+	key := logKey(t, rdb, r, "big")
+	if members, tokens := logEntries(t, rdb, key); len(members) != 1 || tokens != rules.MaxSlidingLog {
+		t.Fatalf("a Check of cost %d left %d entries holding %d tokens, want 1 holding %d", rules.MaxSlidingLog, len(members), tokens, rules.MaxSlidingLog)
+	}
+	if mem, err := rdb.MemoryUsage(ctx, key, 0).Result(); err != nil || mem > 512 {
+		t.Fatalf("a Check of cost %d takes %d bytes of Redis (%v), want at most 512", rules.MaxSlidingLog, mem, err)
+	}
+
+	costs := []int64{3, 1, 1, rules.MaxSlidingLog - 7, 2}
+	for _, cost := range costs {
+		if d, err := s.Check(ctx, r, "k", cost); err != nil || !d.Allowed {
+			t.Fatalf("cost %d: %+v, %v", cost, d, err)
+		}
+	}
+	members, tokens := logEntries(t, rdb, logKey(t, rdb, r, "k"))
+	if len(members) != len(costs) || tokens != rules.MaxSlidingLog {
+		t.Fatalf("%d requests in one µs left %d entries holding %d tokens, want %d holding %d: %v",
+			len(costs), len(members), tokens, len(costs), rules.MaxSlidingLog, members)
+	}
+	for _, cost := range []int64{1, 0} {
+		if d, err := s.Check(ctx, r, "k", cost); err != nil || d.Allowed != (cost == 0) || d.Remaining != 0 {
+			t.Fatalf("full log, cost %d: %+v, %v", cost, d, err)
+		}
+	}
+	if d, err := s.Check(ctx, r, "k", 4); err != nil || d.Allowed || d.RetryAfter != hour {
+		t.Fatalf("full log, cost 4: %+v, %v; want a retry when the first request's 3 and the next 1 leave, in an hour", d, err)
+	}
+	if members, _ := logEntries(t, rdb, logKey(t, rdb, r, "k")); len(members) != len(costs) {
+		t.Fatalf("refusals and a cost of 0 changed the log: %v", members)
+	}
+}
+
+// TestRedisSlidingLogIgnoresOldLayout: a key of the layout of one member
+// per token ("sl", before this version), left by allocators not yet
+// upgraded in a rolling deploy, is neither read nor changed.
+func TestRedisSlidingLogIgnoresOldLayout(t *testing.T) {
+	url := redistest.URL(t)
+	s := dialRedis(t, url, store.RedisOptions{Timeout: time.Second})
+	rdb := rawClient(t, url)
+	ctx := context.Background()
+	r := newRule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: 5, Period: hour})
+	old := "allot:sl:{" + r.Name + "|k}"
+	now := time.Now().UnixMicro()
+	for i := 1; i <= 5; i++ {
+		rdb.ZAdd(ctx, old, redis.Z{Score: float64(now), Member: fmt.Sprintf("%d:%d", now, i)})
+	}
+	rdb.Expire(ctx, old, time.Minute)
+	if d, err := s.Check(ctx, r, "k", 5); err != nil || !d.Allowed {
+		t.Fatalf("check beside an old-layout key: %+v, %v", d, err)
+	}
+	if n, err := rdb.ZCard(ctx, old).Result(); err != nil || n != 5 {
+		t.Fatalf("the old-layout key holds %d members (%v), want its 5", n, err)
+	}
+	if n, err := rdb.Exists(ctx, "allot:sl2:{"+r.Name+"|k}").Result(); err != nil || n != 1 {
+		t.Fatalf("no log at allot:sl2:{%s|k} (%v)", r.Name, err)
+	}
+}
+
+// TestRedisSlidingLogRenumbers: a log whose token numbers near 2^50 (a key
+// that never empties under heavy traffic) is numbered from 1 again when it
+// takes an entry, with the same decisions: scores are doubles, exact only
+// below 2^53. The state is written as that layout stores it.
+func TestRedisSlidingLogRenumbers(t *testing.T) {
+	url := redistest.URL(t)
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	s := fakeClockRedis(t, url, clk)
+	rdb := rawClient(t, url)
+	ctx := context.Background()
+	r := newRule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: 10, Period: hour})
+	key := "allot:sl2:{" + r.Name + "|k}"
+	now := clk.Now().UnixMicro()
+	const top = 1 << 50
+	for _, e := range []struct{ at, n, last int64 }{{now - 30, 3, top - 4}, {now - 20, 2, top - 2}, {now - 10, 2, top}} {
+		rdb.ZAdd(ctx, key, redis.Z{Score: float64(e.last), Member: fmt.Sprintf("%d:%d:%d", e.at, e.n, e.last)})
+	}
+	rdb.Expire(ctx, key, time.Hour)
+	if d, err := s.Check(ctx, r, "k", 3); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("7 of 10 logged, cost 3: %+v, %v", d, err)
+	}
+	members, tokens := logEntries(t, rdb, key)
+	var scores []float64
+	for _, m := range members {
+		scores = append(scores, m.Score)
+	}
+	if fmt.Sprint(scores) != "[3 5 7 10]" || tokens != 10 {
+		t.Fatalf("after the entry past 2^50 the scores are %v holding %d tokens, want [3 5 7 10] holding 10", scores, tokens)
+	}
+	if ttl, err := rdb.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
+		t.Fatalf("renumbered log has PTTL %v (%v), want a TTL", ttl, err)
+	}
+	// 4 more must wait for the 3 at now-30 and the 2 at now-20.
+	if d, err := s.Check(ctx, r, "k", 4); err != nil || d.Allowed || d.RetryAfter != hour-20*time.Microsecond {
+		t.Fatalf("cost 4 on a full log: %+v, %v; want a retry in an hour less 20µs", d, err)
+	}
+}
+
+// TestRedisSlidingLogMatchesMemory drives sliding logs on both stores from
+// one fake clock that moves in minutes, and back now and then, over logs of
+// an hour: entries leave in any number at a time, requests of any cost and
+// reports of any age meet logs of many entries, and every number of every
+// answer must match. (The parity tests' logs never drop an entry.)
+//
+// The clock moves in whole seconds, so that a key Redis expires on its
+// real clock has a TTL of a second at least: the test never lets that much
+// real time pass without moving the fake clock past it. And it steps back
+// only where no log expired in between: the memory store's sweeper may have
+// dropped such a log at the later instant, while Redis keeps it until the
+// script drops its entries, which after the step it does not.
+func TestRedisSlidingLogMatchesMemory(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { mem.Close() })
+	url := redistest.URL(t)
+	red := fakeClockRedis(t, url, clk)
+	rdb := rawClient(t, url)
+	ctx := context.Background()
+	logs := []*rules.Rule{
+		newRule(t, rules.Rule{Name: "log-small", Algorithm: rules.SlidingLog, Limit: 7, Period: hour}),
+		newRule(t, rules.Rule{Name: "log-large", Algorithm: rules.SlidingLog, Limit: 400, Period: hour}),
+	}
+	keys := []string{"k0", "k1"}
+	peak := clk.Now()
+	// expiredSince reports whether a log's newest entry left after at.
+	expiredSince := func(at time.Time) bool {
+		for _, r := range logs {
+			for _, k := range keys {
+				newest, err := rdb.ZRange(ctx, "allot:sl2:{"+r.Name+"|"+k+"}", -1, -1).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(newest) == 1 {
+					us, _ := strconv.ParseInt(strings.Split(newest[0], ":")[0], 10, 64)
+					if end := time.UnixMicro(us).Add(r.Period); end.After(at) && !end.After(peak) {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	seconds := func(max time.Duration) time.Duration {
+		return time.Duration(rng.Int64N(int64(max/time.Second))) * time.Second
+	}
+	for step := range 1500 {
+		switch n := rng.IntN(10); {
+		case n < 4:
+			clk.Advance(seconds(20 * time.Minute))
+			if clk.Now().After(peak) {
+				peak = clk.Now()
+			}
+		case n == 4:
+			if back := seconds(10 * time.Minute); !expiredSince(clk.Now().Add(-back)) {
+				clk.Advance(-back)
+			}
+		}
+		r, key := logs[rng.IntN(len(logs))], keys[rng.IntN(len(keys))]
+		var memOut, redOut string
+		if rng.IntN(5) == 0 {
+			req := []store.AcquireRequest{{Rule: r, Key: key, Node: "n", Consumed: rng.Int64N(r.Limit/2 + 2),
+				ConsumedAge: seconds(90 * time.Minute)}}
+			ml, merr := mem.Acquire(ctx, req)
+			rl, rerr := red.Acquire(ctx, req)
+			memOut = fmt.Sprintf("report %d age %v: %+v %v", req[0].Consumed, req[0].ConsumedAge, ml, merr)
+			redOut = fmt.Sprintf("report %d age %v: %+v %v", req[0].Consumed, req[0].ConsumedAge, rl, rerr)
+		} else {
+			cost := rng.Int64N(r.Limit/8 + 2)
+			if rng.IntN(10) == 0 {
+				cost = rng.Int64N(r.Limit + 1)
+			}
+			md, merr := mem.Check(ctx, r, key, cost)
+			rd, rerr := red.Check(ctx, r, key, cost)
+			memOut, redOut = fmt.Sprintf("cost %d: %+v %v", cost, md, merr), fmt.Sprintf("cost %d: %+v %v", cost, rd, rerr)
+		}
+		if memOut != redOut {
+			t.Fatalf("step %d at %v on %s|%s differs (seed %d):\nmemory %s\nredis  %s",
+				step, clk.Now().Format(time.StampMicro), r.Name, key, seed, memOut, redOut)
+		}
+	}
 }
 
 // BenchmarkRedisCheckSlidingLog: what one admitted Check costs on a
