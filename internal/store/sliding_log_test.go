@@ -172,16 +172,76 @@ func TestRedisSlidingLogRenumbers(t *testing.T) {
 	}
 }
 
+// TestSlidingLogDropsMany: entries leave exactly a period after their
+// stamp, however many leave at once, and a refusal's retry is when the
+// last of the tokens that must leave does; on both stores, whose searches
+// over the entries differ (a bisection in core.go; a gallop, then a
+// bisection over ranks in the script).
+func TestSlidingLogDropsMany(t *testing.T) {
+	url := redistest.URL(t)
+	for _, name := range []string{"memory", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+			clk := clock.NewFake(t0)
+			var s store.Store
+			if name == "memory" {
+				m := store.NewMemory(clk)
+				t.Cleanup(func() { m.Close() })
+				s = m
+			} else {
+				s = fakeClockRedis(t, url, clk)
+			}
+			r := newRule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: 3000, Period: hour})
+			to := func(at time.Time) { clk.Advance(at.Sub(clk.Now())) }
+			check := func(cost int64) store.Decision {
+				t.Helper()
+				d, err := s.Check(context.Background(), r, "k", cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			// 100 entries at t0, 100 a minute later, 50 of 2 tokens at two minutes.
+			for _, g := range []struct{ entries, cost int64 }{{100, 1}, {100, 1}, {50, 2}} {
+				for range g.entries {
+					if d := check(g.cost); !d.Allowed {
+						t.Fatalf("%+v", d)
+					}
+				}
+				clk.Advance(time.Minute)
+			}
+			to(t0.Add(hour - time.Microsecond))
+			if d := check(0); d.Remaining != 2700 {
+				t.Fatalf("a µs before the first entries leave: %+v, want 2700 remaining", d)
+			}
+			to(t0.Add(hour))
+			if d := check(0); d.Remaining != 2800 {
+				t.Fatalf("when the first 100 entries leave: %+v, want 2800 remaining", d)
+			}
+			// 2,950 more need the 100 tokens of t0+1m and 50 of t0+2m gone.
+			if d := check(2950); d.Allowed || d.RetryAfter != 2*time.Minute || d.ResetAfter != 2*time.Minute {
+				t.Fatalf("cost 2950: %+v, want a retry and a reset in 2m", d)
+			}
+			to(t0.Add(hour + 2*time.Minute))
+			if d := check(2950); !d.Allowed || d.Remaining != 50 {
+				t.Fatalf("cost 2950 when the rest have left: %+v, want 50 remaining", d)
+			}
+		})
+	}
+}
+
 // TestRedisSlidingLogMatchesMemory drives sliding logs on both stores from
 // one fake clock that moves in minutes, and back now and then, over logs of
 // an hour: entries leave in any number at a time, requests of any cost and
-// reports of any age meet logs of many entries, and every number of every
-// answer must match. (The parity tests' logs never drop an entry.)
+// reports of any age meet logs of many entries, full or not, and every
+// number of every answer must match. (The parity tests' logs never drop an
+// entry.)
 //
-// The clock moves in whole seconds, so that a key Redis expires on its
+// The clock moves in whole minutes, or seconds, so that entries often leave
+// exactly at the clock's instant, and so that a key Redis expires on its
 // real clock has a TTL of a second at least: the test never lets that much
-// real time pass without moving the fake clock past it. And it steps back
-// only where no log expired in between: the memory store's sweeper may have
+// real time pass without moving the fake clock past it. It steps back only
+// where no log expired in between: the memory store's sweeper may have
 // dropped such a log at the later instant, while Redis keeps it until the
 // script drops its entries, which after the step it does not.
 func TestRedisSlidingLogMatchesMemory(t *testing.T) {
@@ -195,23 +255,28 @@ func TestRedisSlidingLogMatchesMemory(t *testing.T) {
 	red := fakeClockRedis(t, url, clk)
 	rdb := rawClient(t, url)
 	ctx := context.Background()
-	logs := []*rules.Rule{
-		newRule(t, rules.Rule{Name: "log-small", Algorithm: rules.SlidingLog, Limit: 7, Period: hour}),
-		newRule(t, rules.Rule{Name: "log-large", Algorithm: rules.SlidingLog, Limit: 400, Period: hour}),
+	type log struct {
+		rule    *rules.Rule
+		maxCost int64 // of most requests
+	}
+	logs := []log{ // the first, the busiest, holds up to ~100 entries
+		{newRule(t, rules.Rule{Name: "log-many", Algorithm: rules.SlidingLog, Limit: 150, Period: hour}), 3},
+		{newRule(t, rules.Rule{Name: "log-small", Algorithm: rules.SlidingLog, Limit: 7, Period: hour}), 3},
+		{newRule(t, rules.Rule{Name: "log-large", Algorithm: rules.SlidingLog, Limit: 400, Period: hour}), 60},
 	}
 	keys := []string{"k0", "k1"}
 	peak := clk.Now()
 	// expiredSince reports whether a log's newest entry left after at.
 	expiredSince := func(at time.Time) bool {
-		for _, r := range logs {
+		for _, l := range logs {
 			for _, k := range keys {
-				newest, err := rdb.ZRange(ctx, "allot:sl2:{"+r.Name+"|"+k+"}", -1, -1).Result()
+				newest, err := rdb.ZRange(ctx, "allot:sl2:{"+l.rule.Name+"|"+k+"}", -1, -1).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
 				if len(newest) == 1 {
 					us, _ := strconv.ParseInt(strings.Split(newest[0], ":")[0], 10, 64)
-					if end := time.UnixMicro(us).Add(r.Period); end.After(at) && !end.After(peak) {
+					if end := time.UnixMicro(us).Add(l.rule.Period); end.After(at) && !end.After(peak) {
 						return true
 					}
 				}
@@ -219,43 +284,59 @@ func TestRedisSlidingLogMatchesMemory(t *testing.T) {
 		}
 		return false
 	}
-	seconds := func(max time.Duration) time.Duration {
-		return time.Duration(rng.Int64N(int64(max/time.Second))) * time.Second
+	random := func(max time.Duration) time.Duration {
+		unit := time.Minute
+		if rng.IntN(4) == 0 {
+			unit = time.Second
+		}
+		return time.Duration(rng.Int64N(int64(max/unit)+1)) * unit
 	}
-	for step := range 1500 {
+	refused := 0
+	for step := range 2000 {
 		switch n := rng.IntN(10); {
-		case n < 4:
-			clk.Advance(seconds(20 * time.Minute))
+		case n < 3:
+			clk.Advance(random(8 * time.Minute))
 			if clk.Now().After(peak) {
 				peak = clk.Now()
 			}
-		case n == 4:
-			if back := seconds(10 * time.Minute); !expiredSince(clk.Now().Add(-back)) {
+		case n == 3:
+			if back := random(5 * time.Minute); !expiredSince(clk.Now().Add(-back)) {
 				clk.Advance(-back)
 			}
 		}
-		r, key := logs[rng.IntN(len(logs))], keys[rng.IntN(len(keys))]
+		l, key := logs[0], keys[0]
+		if rng.IntN(2) == 0 {
+			l, key = logs[rng.IntN(len(logs))], keys[rng.IntN(len(keys))]
+		}
+		r := l.rule
 		var memOut, redOut string
-		if rng.IntN(5) == 0 {
+		if rng.IntN(8) == 0 {
 			req := []store.AcquireRequest{{Rule: r, Key: key, Node: "n", Consumed: rng.Int64N(r.Limit/2 + 2),
-				ConsumedAge: seconds(90 * time.Minute)}}
+				ConsumedAge: random(90 * time.Minute)}}
 			ml, merr := mem.Acquire(ctx, req)
 			rl, rerr := red.Acquire(ctx, req)
 			memOut = fmt.Sprintf("report %d age %v: %+v %v", req[0].Consumed, req[0].ConsumedAge, ml, merr)
 			redOut = fmt.Sprintf("report %d age %v: %+v %v", req[0].Consumed, req[0].ConsumedAge, rl, rerr)
 		} else {
-			cost := rng.Int64N(r.Limit/8 + 2)
+			cost := rng.Int64N(l.maxCost + 1)
 			if rng.IntN(10) == 0 {
 				cost = rng.Int64N(r.Limit + 1)
 			}
 			md, merr := mem.Check(ctx, r, key, cost)
 			rd, rerr := red.Check(ctx, r, key, cost)
 			memOut, redOut = fmt.Sprintf("cost %d: %+v %v", cost, md, merr), fmt.Sprintf("cost %d: %+v %v", cost, rd, rerr)
+			if !rd.Allowed {
+				refused++
+			}
 		}
 		if memOut != redOut {
 			t.Fatalf("step %d at %v on %s|%s differs (seed %d):\nmemory %s\nredis  %s",
 				step, clk.Now().Format(time.StampMicro), r.Name, key, seed, memOut, redOut)
 		}
+	}
+	t.Logf("%d refusals", refused)
+	if refused < 100 {
+		t.Fatalf("only %d refusals: the logs are seldom full, and retries go untested", refused)
 	}
 }
 
@@ -267,14 +348,15 @@ func TestRedisSlidingLogMatchesMemory(t *testing.T) {
 func BenchmarkRedisCheckSlidingLog(b *testing.B) {
 	url := redistest.URL(b)
 	s := dialRedis(b, url, store.RedisOptions{Timeout: 5 * time.Second})
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
+	benchCheckSlidingLog(b, s, rawClient(b, url))
+}
+
+func BenchmarkMemoryCheckSlidingLog(b *testing.B) { benchCheckSlidingLog(b, benchMemory(b), nil) }
+
+// benchCheckSlidingLog reports Redis memory when rdb is not nil.
+func benchCheckSlidingLog(b *testing.B, s store.Store, rdb *redis.Client) {
 	ctx := context.Background()
-	// A period of a second: the fresh keys leave Redis soon after the run.
+	// A period of a second: the fresh keys leave the store soon after the run.
 	r := newRule(b, rules.Rule{Name: "bench-log", Algorithm: rules.SlidingLog, Limit: rules.MaxSlidingLog, Period: time.Second})
 	for _, cost := range []int64{1, 100, rules.MaxSlidingLog} {
 		b.Run(fmt.Sprintf("cost=%d", cost), func(b *testing.B) {
@@ -286,6 +368,9 @@ func BenchmarkRedisCheckSlidingLog(b *testing.B) {
 				if d, err := s.Check(ctx, r, prefix+strconv.Itoa(i), cost); err != nil || !d.Allowed {
 					b.Fatalf("%+v, %v", d, err)
 				}
+			}
+			if rdb == nil {
+				return
 			}
 			b.StopTimer()
 			mem, err := rdb.MemoryUsage(ctx, logKey(b, rdb, r, prefix+strconv.Itoa(i)), 0).Result()
@@ -308,9 +393,11 @@ func BenchmarkRedisCheckSlidingLog(b *testing.B) {
 				b.Fatalf("%+v, %v", d, err)
 			}
 		}
-		b.StopTimer()
-		if err := rdb.Del(ctx, logKey(b, rdb, full, "k")).Err(); err != nil {
-			b.Fatal(err)
+		if rdb != nil {
+			b.StopTimer()
+			if err := rdb.Del(ctx, logKey(b, rdb, full, "k")).Err(); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }
