@@ -4,9 +4,9 @@
 -- log numbers its tokens on from 1 since it was last empty (the key is gone
 -- then), so members are unique, scores ascend with stamps, the count is a
 -- difference of two numbers and the k-th oldest token is one ZRANGEBYSCORE:
--- no call walks the entries, and a call's cost does not grow with its cost
--- argument. Sliding logs are strict (never leased), so the script only
--- checks and keeps no holders.
+-- a call reads O(log n) entries, whatever its cost argument, and expired
+-- entries leave in one ZREMRANGEBYRANK. Sliding logs are strict (never
+-- leased), so the script only checks and keeps no holders.
 --
 -- The key is "<prefix>:sl2:{rule|key}" (see redis.go): the layout of one
 -- member per token, "sl", is never read, so that allocators of both
