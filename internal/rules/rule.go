@@ -98,7 +98,7 @@ type LeaseTuning struct {
 // (Redis Lua has no integers) and the sliding log's memory small.
 const (
 	MaxLimit         = int64(1) << 40
-	MaxSlidingLog    = 10_000 // one entry per token: small strict limits only
+	MaxSlidingLog    = 10_000 // an entry per request, up to one per token: small strict limits only
 	MinPeriod        = time.Millisecond
 	MaxPeriod        = 366 * 24 * time.Hour
 	MaxLeaseTTL      = time.Hour
@@ -179,7 +179,7 @@ func (r *Rule) Normalize() error {
 	}
 	if r.Algorithm == SlidingLog {
 		if r.Limit > MaxSlidingLog {
-			return bad("limit", "a sliding_log keeps one entry per token: at most %d, got %d (use sliding_window)", MaxSlidingLog, r.Limit)
+			return bad("limit", "a sliding_log keeps one entry per token at worst (one per request): at most %d, got %d (use sliding_window)", MaxSlidingLog, r.Limit)
 		}
 		r.Strict = true
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -17,10 +18,10 @@ import (
 
 // state is one (rule, key). What a field holds depends on the algorithm.
 type state struct {
-	tokens  float64 // token bucket: tokens held; windows: count of the current window
-	prev    float64 // sliding window: count of the previous window
-	stamp   int64   // token bucket: µs of the last refill; windows: the window index
-	log     []int64 // sliding log: µs of each admitted token, ascending
+	tokens  float64    // token bucket: tokens held; windows: count of the current window
+	prev    float64    // sliding window: count of the previous window
+	stamp   int64      // token bucket: µs of the last refill; windows: the window index
+	log     []logEntry // sliding log: the admitted requests, oldest first
 	holders map[string]holder
 	expires int64 // µs after which the state may be forgotten
 }
@@ -454,7 +455,7 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 		st.expires = now + ceilUS((float64(r.Burst)-st.tokens)/ratePerUS(r)) + ttl
 	case rules.SlidingLog:
 		st.reportLog(r, now, req)
-		l.Remaining = r.Limit - int64(len(st.log))
+		l.Remaining = r.Limit - st.logCount()
 	default:
 		_, start, _ := st.roll(r, now)
 		st.debitWindow(r, req.Consumed, req.ConsumedAge)
@@ -467,33 +468,70 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 	return l
 }
 
-// reportLog logs consumption admitted age ago: entries still inside the
+// reportLog logs consumption admitted age ago: an entry still inside the
 // period, stamped no earlier than the newest, up to the limit.
 func (st *state) reportLog(r *rules.Rule, now int64, req *AcquireRequest) {
 	p := periodUS(r)
 	st.dropLog(now - p)
-	n := int64(len(st.log))
 	if at := now - req.ConsumedAge.Microseconds(); at > now-p && req.Consumed > 0 {
-		if n > 0 {
-			at = max(at, st.log[n-1])
-		}
-		for range min(req.Consumed, r.Limit-n) {
-			st.log = append(st.log, at)
+		if add := min(req.Consumed, r.Limit-st.logCount()); add > 0 {
+			st.appendLog(at, add)
 		}
 	}
 	st.expires = now + p
 	if len(st.log) > 0 {
-		st.expires = st.log[len(st.log)-1] + p
+		st.expires = st.log[len(st.log)-1].at + p
 	}
 }
 
-// dropLog forgets the entries at or before cutoff.
-func (st *state) dropLog(cutoff int64) {
-	drop := 0
-	for drop < len(st.log) && st.log[drop] <= cutoff {
-		drop++
+// logEntry is one admitted request of a sliding log: n tokens stamped at.
+// last numbers its last token: the log numbers its tokens on from 1 since
+// it was last empty, so that the tokens between two entries, and the entry
+// that holds the k-th oldest token, are found without walking the entries
+// between. A request costs one entry whatever its cost: a log never holds
+// more entries than tokens.
+type logEntry struct{ at, n, last int64 }
+
+// logCount is the number of tokens in the log.
+func (st *state) logCount() int64 {
+	if len(st.log) == 0 {
+		return 0
 	}
+	first, newest := st.log[0], st.log[len(st.log)-1]
+	return newest.last - (first.last - first.n)
+}
+
+// appendLog logs n tokens at, or at the newest entry's stamp if that is
+// later: after the store's clock steps back, entries must not leave the log
+// early (and stamps ascend with token numbers, as dropLog needs).
+func (st *state) appendLog(at, n int64) {
+	e := logEntry{at: at, n: n, last: n}
+	if k := len(st.log); k > 0 {
+		e.at = max(at, st.log[k-1].at)
+		e.last += st.log[k-1].last
+	}
+	st.log = append(st.log, e)
+}
+
+// dropLog forgets the entries stamped at or before cutoff, subtracting
+// their tokens. Stamps ascend, so they are a prefix, found by bisection
+// (the script gallops then bisects over ranks): each entry leaves once, and
+// a call reads O(log n) entries.
+func (st *state) dropLog(cutoff int64) {
+	drop := sort.Search(len(st.log), func(i int) bool { return st.log[i].at > cutoff })
 	st.log = st.log[drop:]
+	if len(st.log) == 0 {
+		st.log = nil // an idle key keeps no array
+	}
+}
+
+// stampOf is the stamp of the log's k-th oldest token (1-based, at most the
+// count): the stamp of the first entry whose last token is numbered at least
+// the oldest token's number plus k-1.
+func (st *state) stampOf(k int64) int64 {
+	want := st.log[0].last - st.log[0].n + k
+	i := sort.Search(len(st.log), func(i int) bool { return st.log[i].last >= want })
+	return st.log[i].at
 }
 
 // slidingRetry is how long until a sliding window admits cost more tokens.
@@ -617,33 +655,28 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	return d
 }
 
-// checkLog keeps one timestamp per admitted token; an entry counts while it
-// is younger than the period.
+// checkLog keeps one entry per admitted request, with its cost; a token
+// counts while its entry is younger than the period.
 func (st *state) checkLog(r *rules.Rule, now, cost int64) Decision {
 	p := periodUS(r)
 	st.dropLog(now - p)
 	d := Decision{Limit: r.Limit}
-	n := int64(len(st.log))
+	n := st.logCount()
 	if n+cost <= r.Limit {
-		// An entry is stamped no earlier than the newest one: after the
-		// store's clock steps back, entries must not leave the log early
-		// (and the log stays sorted, as a Redis sorted set is).
-		at := now
-		if n > 0 {
-			at = max(at, st.log[n-1])
-		}
-		for range cost {
-			st.log = append(st.log, at)
+		if cost > 0 {
+			st.appendLog(now, cost)
 		}
 		d.Allowed = true
 	} else {
-		d.RetryAfter = us(st.log[n+cost-r.Limit-1] + p - now)
+		// When the oldest tokens that must leave for cost to fit have left.
+		d.RetryAfter = us(st.stampOf(n+cost-r.Limit) + p - now)
 	}
-	d.Remaining = r.Limit - int64(len(st.log))
+	d.Remaining = r.Limit - st.logCount()
 	st.expires = now + p
 	if len(st.log) > 0 {
-		d.ResetAfter = us(st.log[len(st.log)-1] + p - now)
-		st.expires = st.log[len(st.log)-1] + p
+		newest := st.log[len(st.log)-1].at
+		d.ResetAfter = us(newest + p - now)
+		st.expires = newest + p
 	}
 	return d
 }

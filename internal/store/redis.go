@@ -514,7 +514,7 @@ func (s *Redis) loadScripts() error {
 // algorithm's file, so that the shared helpers exist once in the source tree.
 type luaScript struct {
 	name string
-	tag  string // the algorithm's part of a key
+	tag  string // the algorithm's part of a key, with its layout's version
 	src  string
 	sha  string // hex SHA-1 of src, as EVALSHA names it
 }
@@ -532,12 +532,15 @@ var (
 	luaSlidingLog string
 )
 
-// scripts is indexed by rules.Algorithm.
+// scripts is indexed by rules.Algorithm. A tag names a state's layout: a
+// layout that changes takes a new tag, so that allocators of two versions,
+// side by side in a rolling deploy, never read each other's keys. sl2 is
+// the sliding log of one entry per request; sl held one per token.
 var scripts = [...]*luaScript{
 	rules.TokenBucket:   newLuaScript("token_bucket", "tb", luaTokenBucket),
 	rules.FixedWindow:   newLuaScript("fixed_window", "fw", luaFixedWindow),
 	rules.SlidingWindow: newLuaScript("sliding_window", "sw", luaSlidingWindow),
-	rules.SlidingLog:    newLuaScript("sliding_log", "sl", luaSlidingLog),
+	rules.SlidingLog:    newLuaScript("sliding_log", "sl2", luaSlidingLog),
 }
 
 func newLuaScript(name, tag, body string) *luaScript {

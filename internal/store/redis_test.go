@@ -326,7 +326,7 @@ func TestRedisEveryKeyHasTTL(t *testing.T) {
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, tag := range []string{"tb", "fw", "sw", "sl"} {
+	for _, tag := range []string{"tb", "fw", "sw", "sl2"} {
 		if tags[tag] == 0 {
 			t.Errorf("no %s key found; keys by algorithm: %v", tag, tags)
 		}
@@ -591,23 +591,25 @@ func TestRedisKeyLayout(t *testing.T) {
 	}
 }
 
-// TestRedisSlidingLogEntriesAreUnique: many entries in one microsecond
-// (one call of cost n) are n members, so none overwrites another.
+// TestRedisSlidingLogEntriesAreUnique: a log keeps one member per request,
+// however many tokens it admits (here three requests fill the whole limit),
+// so that none overwrites another, and together they hold every token.
+// TestRedisSlidingLogEntryPerRequest has requests within one microsecond.
 func TestRedisSlidingLogEntriesAreUnique(t *testing.T) {
 	srv := redistest.Start(t)
-	// Appending 10,000 entries in one script takes ~20-50ms.
 	s := dialRedis(t, srv.URL(), store.RedisOptions{Timeout: time.Second})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
 	ctx := context.Background()
 	r := newRule(t, rules.Rule{Name: "log", Algorithm: rules.SlidingLog, Limit: rules.MaxSlidingLog, Period: hour})
-	for _, cost := range []int64{3, rules.MaxSlidingLog - 5, 2} {
+	costs := []int64{3, rules.MaxSlidingLog - 5, 2}
+	for _, cost := range costs {
 		if d, err := s.Check(ctx, r, "k", cost); err != nil || !d.Allowed {
 			t.Fatalf("cost %d: %+v, %v", cost, d, err)
 		}
 	}
-	if n, err := rdb.ZCard(ctx, "allot:sl:{"+r.Name+"|k}").Result(); err != nil || n != rules.MaxSlidingLog {
-		t.Fatalf("log holds %d entries (%v), want %d", n, err, rules.MaxSlidingLog)
+	if members, tokens := logEntries(t, rdb, "allot:sl2:{"+r.Name+"|k}"); len(members) != len(costs) || tokens != rules.MaxSlidingLog {
+		t.Fatalf("log holds %d entries of %d tokens, want %d of %d: %v", len(members), tokens, len(costs), rules.MaxSlidingLog, members)
 	}
 	if d, err := s.Check(ctx, r, "k", 1); err != nil || d.Allowed || d.Remaining != 0 {
 		t.Fatalf("full log: %+v, %v", d, err)
