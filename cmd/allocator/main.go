@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/allocator"
+	"github.com/allot-dev/allot/internal/server"
 	"github.com/allot-dev/allot/internal/store"
 )
 
@@ -45,6 +47,8 @@ type options struct {
 	reflection, getRules         string
 	maxInFlight, maxPerNode      int
 	memoryMaxKeys                int
+	redisMaxKeys                 int64
+	newKeysPerNode               float64
 	gossipKeyring                string
 	envoyListen                  string
 }
@@ -85,6 +89,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxInFlight, "max-inflight", 256, "Acquire, Release, Check and ShouldRateLimit calls served at once; more get ResourceExhausted at once; negative: no bound (ALLOT_MAX_INFLIGHT)")
 	fs.IntVar(&o.maxPerNode, "max-inflight-per-node", 32, "calls in flight from one node_id; negative: no bound (ALLOT_MAX_INFLIGHT_PER_NODE)")
 	fs.IntVar(&o.memoryMaxKeys, "memory-max-keys", store.DefaultMemoryMaxKeys, "keys the embedded memory store holds at most; a new key past it gets ResourceExhausted (ALLOT_MEMORY_MAX_KEYS)")
+	fs.Int64Var(&o.redisMaxKeys, "redis-max-keys", store.DefaultRedisMaxKeys, "keys the Redis database holds at most (DBSIZE, polled every 100ms); a new key past it gets ResourceExhausted; negative: no cap (ALLOT_REDIS_MAX_KEYS)")
+	fs.Float64Var(&o.newKeysPerNode, "max-new-keys-per-node", server.DefaultNewKeysPerNode, "keys one node may add to the store per second; more get ResourceExhausted with a RetryInfo; negative: no cap (ALLOT_MAX_NEW_KEYS_PER_NODE)")
 	fs.StringVar(&o.gossipKeyring, "gossip-keyring", "", "file of gossip encryption keys, base64, one a line, the first encrypts; reloaded on SIGHUP (ALLOT_GOSSIP_KEYRING). Default: gossip in the clear")
 	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
@@ -168,6 +174,9 @@ func run(args []string, stderr io.Writer) error {
 	if o.memoryMaxKeys < 1 {
 		return fmt.Errorf("--memory-max-keys: must be at least 1, got %d", o.memoryMaxKeys)
 	}
+	if o.redisMaxKeys == 0 || o.newKeysPerNode == 0 || math.IsNaN(o.newKeysPerNode) || math.IsInf(o.newKeysPerNode, 0) {
+		return errors.New("--redis-max-keys, --max-new-keys-per-node: 0 would refuse every new key; give a bound, or a negative number for none")
+	}
 	a, err := allocator.New(allocator.Config{
 		Listen: o.listen, RulesFile: o.config, RedisURL: o.redis, RedisCluster: o.redisCluster, MetricsListen: o.metrics,
 		StoreTimeout: o.storeTimeout, Logger: log,
@@ -176,7 +185,8 @@ func run(args []string, stderr io.Writer) error {
 			NodeIdentity: o.tlsNodeID, Reload: o.tlsReload},
 		MetricsTLS: o.metricsTLS, TokenFile: o.tokenFile, Reflection: reflection, GetRules: getRules,
 		MaxInFlight: o.maxInFlight, MaxInFlightPerNode: o.maxPerNode, GossipKeyringFile: o.gossipKeyring,
-		EnvoyListen: o.envoyListen, MemoryMaxKeys: o.memoryMaxKeys,
+		EnvoyListen: o.envoyListen, MemoryMaxKeys: o.memoryMaxKeys, RedisMaxKeys: o.redisMaxKeys,
+		NewKeysPerNode: o.newKeysPerNode,
 	})
 	if err != nil {
 		return err

@@ -57,6 +57,13 @@ type Config struct {
 	// it a call on a new key is refused with ResourceExhausted, while the
 	// keys held keep working. default: store.DefaultMemoryMaxKeys
 	MemoryMaxKeys int
+	// RedisMaxKeys bounds the keys of the Redis database (DBSIZE): at it a
+	// call on a new key is refused with ResourceExhausted, while the keys
+	// held keep working. Negative: no cap. default: store.DefaultRedisMaxKeys
+	RedisMaxKeys int64
+	// NewKeysPerNode bounds the keys one node may add to the store per
+	// second. Negative: no cap. default: server.DefaultNewKeysPerNode
+	NewKeysPerNode float64
 	// StoreTimeout bounds each store call. default: 100ms
 	StoreTimeout time.Duration
 	// Limits bound the input of every call. default: server.DefaultLimits()
@@ -161,11 +168,11 @@ func New(cfg Config) (*Allocator, error) {
 		return nil, err
 	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a.registerMemoryStore()
+	a.registerStoreKeys()
 	a.metrics = server.NewMetrics(a.registry)
 	a.shed = newShedder(bound(cfg.MaxInFlight, defaultMaxInFlight), bound(cfg.MaxInFlightPerNode, defaultMaxInFlightPerNode), a.registry)
 	a.server, err = server.New(server.Config{Store: a.store, Rules: set, StoreTimeout: cfg.StoreTimeout,
-		Limits: cfg.Limits, Metrics: a.metrics, Logger: a.log, Clock: a.clock})
+		Limits: cfg.Limits, Metrics: a.metrics, Logger: a.log, Clock: a.clock, NewKeysPerNode: cfg.NewKeysPerNode})
 	if err != nil {
 		a.closeStore()
 		return nil, err
@@ -274,7 +281,8 @@ func (a *Allocator) openStore() error {
 		return nil
 	case a.cfg.RedisURL != "":
 		store.RouteRedisLogs(a.log, a.clock)
-		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.cfg.StoreTimeout, Cluster: a.cfg.RedisCluster})
+		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.cfg.StoreTimeout, Cluster: a.cfg.RedisCluster,
+			MaxKeys: a.cfg.RedisMaxKeys})
 		if err != nil {
 			return fmt.Errorf("allocator: redis: %w", err)
 		}
@@ -289,23 +297,23 @@ func (a *Allocator) openStore() error {
 	return nil
 }
 
-// registerMemoryStore exports how full a memory store is: the keys it
-// holds, its cap and the calls it refused at the cap.
-func (a *Allocator) registerMemoryStore() {
-	mem, ok := a.store.(*store.Memory)
-	if !ok {
+// registerStoreKeys exports how full the store is, when it has a cap on
+// keys: the keys it holds, its cap and the calls it refused at the cap.
+func (a *Allocator) registerStoreKeys() {
+	kc, ok := a.store.(store.KeyCounter)
+	if !ok || kc.MaxKeys() <= 0 {
 		return
 	}
 	a.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "allot_allocator_memory_store_keys", Help: "Keys the embedded memory store holds.",
-		}, func() float64 { return float64(mem.Keys()) }),
+			Name: "allot_allocator_store_keys", Help: "Keys the store holds: the memory store's, or the Redis database's size (DBSIZE, polled every 100ms).",
+		}, func() float64 { return float64(kc.Keys()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "allot_allocator_memory_store_max_keys", Help: "The memory store's key cap (--memory-max-keys).",
-		}, func() float64 { return float64(mem.MaxKeys()) }),
+			Name: "allot_allocator_store_max_keys", Help: "The store's key cap (--memory-max-keys or --redis-max-keys).",
+		}, func() float64 { return float64(kc.MaxKeys()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "allot_allocator_memory_store_refused_total", Help: "Calls on a new key the memory store refused at its cap.",
-		}, func() float64 { return float64(mem.Refused()) }),
+			Name: "allot_allocator_store_refused_total", Help: "Calls on a new key the store refused at its key cap.",
+		}, func() float64 { return float64(kc.Refused()) }),
 	)
 }
 

@@ -1,11 +1,13 @@
 package allocator_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -141,4 +143,67 @@ func TestAttackHugeConsumption(t *testing.T) {
 	if l.GetGranted()+l.GetRemaining() < 100 {
 		t.Fatalf("a real node got %d and %d remain: the report took more than the reporter's share (50 of 170)", l.GetGranted(), l.GetRemaining())
 	}
+}
+
+// One node sending 1,000-key Acquire batches of fresh keys: before, Redis
+// grew 8 MB/s (1.4 → 61 MB in 7.6 s) and nothing stopped it. Now the node
+// adds at most its --max-new-keys-per-node a second (plus one call in
+// debt), and the rest of its calls are refused with a RetryInfo; fresh
+// node ids each time escape that cap, and the global --redis-max-keys
+// stops them.
+func TestAttackNewKeyFlood(t *testing.T) {
+	run := func(t *testing.T, cfg allocator.Config, freshNodes bool) (keys int64, refused int, elapsed time.Duration) {
+		srv := redistest.Start(t) // DBSIZE counts this database alone
+		cfg.Rules = uniqueRules(t, string(rules.ExampleYAML()))
+		cfg.RedisURL, cfg.StoreTimeout, cfg.MaxInFlight = srv.URL(), 2*time.Second, -1
+		_, conn := start(t, cfg)
+		api := allotv1.NewAllocatorClient(conn)
+		r := ruleNamed(t, cfg.Rules, "api-per-key")
+		begin := time.Now()
+		for b := range 20 {
+			node := "evil"
+			if freshNodes {
+				node = fmt.Sprintf("evil-%d", b)
+			}
+			reqs := make([]*allotv1.LeaseRequest, 1000)
+			for i := range reqs {
+				reqs[i] = &allotv1.LeaseRequest{Rule: r.Name, Key: fmt.Sprintf("flood-%d-%d", b, i), Want: 1}
+			}
+			_, err := api.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: node, Requests: reqs})
+			switch status.Code(err) {
+			case codes.OK:
+			case codes.ResourceExhausted:
+				refused++
+			default:
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond) // 20 calls of 1,000 over about a second
+		}
+		elapsed = time.Since(begin)
+		time.Sleep(300 * time.Millisecond) // the store's size is polled every 100ms
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer rdb.Close()
+		n, err := rdb.DBSize(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, refused, elapsed
+	}
+	t.Run("one node", func(t *testing.T) {
+		const rate = 2000
+		keys, refused, took := run(t, allocator.Config{NewKeysPerNode: rate}, false)
+		bound := rate*(1+took.Seconds()) + 1000
+		t.Logf("20 calls of 1,000 fresh keys in %v: %d keys in Redis (bound %.0f), %d calls refused", took.Round(time.Millisecond), keys, bound, refused)
+		if float64(keys) > bound || refused == 0 {
+			t.Fatalf("%d keys (bound %.0f), %d refused", keys, bound, refused)
+		}
+	})
+	t.Run("fresh node ids", func(t *testing.T) {
+		const max = 5000
+		keys, refused, took := run(t, allocator.Config{RedisMaxKeys: max}, true)
+		t.Logf("20 calls of 1,000 fresh keys from fresh node ids in %v: %d keys in Redis (cap %d, one call over at most), %d calls refused", took.Round(time.Millisecond), keys, max, refused)
+		if keys > max+1000 || refused == 0 {
+			t.Fatalf("%d keys past the cap of %d, %d refused", keys, max, refused)
+		}
+	})
 }

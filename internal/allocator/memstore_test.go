@@ -36,13 +36,13 @@ func TestMemoryStoreCap(t *testing.T) {
 	}
 	got := map[string]float64{}
 	for _, mf := range mfs {
-		if strings.HasPrefix(mf.GetName(), "allot_allocator_memory_store_") {
+		if strings.HasPrefix(mf.GetName(), "allot_allocator_store_") {
 			m := mf.GetMetric()[0]
 			got[mf.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	want := map[string]float64{"allot_allocator_memory_store_keys": 2, "allot_allocator_memory_store_max_keys": 2,
-		"allot_allocator_memory_store_refused_total": 1}
+	want := map[string]float64{"allot_allocator_store_keys": 2, "allot_allocator_store_max_keys": 2,
+		"allot_allocator_store_refused_total": 1}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)

@@ -122,6 +122,9 @@ func (s *Service) storeError(ctx context.Context, err error) error {
 		return status.Error(codes.Canceled, "canceled by the caller")
 	}
 	s.failures.Warn("store call failed", "op", "envoy", "err", err)
+	if errors.Is(err, store.ErrFull) { // a new key at the store's key cap
+		return status.Errorf(codes.ResourceExhausted, "%v", err)
+	}
 	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return status.Errorf(codes.Unavailable, "store unavailable: %v", err)
 	}

@@ -21,6 +21,7 @@ type Metrics struct {
 	holders  *prometheus.HistogramVec
 	checks   *prometheus.CounterVec
 	reloads  *prometheus.CounterVec
+	newKeys  prometheus.Counter
 }
 
 // NewMetrics registers the allocator's collectors on reg.
@@ -53,9 +54,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_allocator_rule_reloads_total", Help: "Rule file reloads by result.",
 		}, []string{"result"}),
+		newKeys: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_allocator_new_keys_refused_total", Help: "Acquire calls refused because their node added keys faster than --max-new-keys-per-node.",
+		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.holders, m.checks, m.reloads)
+	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.holders, m.checks, m.reloads, m.newKeys)
 	return m
+}
+
+func (m *Metrics) refusedNewKeys() {
+	if m != nil {
+		m.newKeys.Inc()
+	}
 }
 
 // UnaryInterceptor counts and times every call.

@@ -41,6 +41,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock paces the rate limit of repeated log lines. default: the real clock
 	Clock clock.Clock
+	// NewKeysPerNode caps the keys one node may add to the store per
+	// second (newkeys.go). Negative: no cap. default: DefaultNewKeysPerNode
+	NewKeysPerNode float64
 }
 
 // Server implements allot.v1.Allocator.
@@ -55,6 +58,7 @@ type Server struct {
 	// failures logs store failures: an outage fails every call, and one
 	// line per call would bury everything else.
 	failures *lograte.Logger
+	newKeys  *newKeys
 }
 
 // New checks cfg and returns a Server.
@@ -74,6 +78,14 @@ func New(cfg Config) (*Server, error) {
 		s.log = slog.Default()
 	}
 	s.failures = lograte.New(s.log, cfg.Clock, 0, 0)
+	switch {
+	case cfg.NewKeysPerNode == 0:
+		s.newKeys = newNewKeys(DefaultNewKeysPerNode)
+	case cfg.NewKeysPerNode > 0:
+		s.newKeys = newNewKeys(cfg.NewKeysPerNode)
+	default:
+		s.newKeys = newNewKeys(0)
+	}
 	s.rules.Store(cfg.Rules)
 	return s, nil
 }
@@ -96,6 +108,9 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if err := s.checkNewKeys(ctx, req.GetNodeId(), reqs); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	leases, err := s.store.Acquire(ctx, reqs)
 	s.metrics.observeStore("acquire", start, err)
@@ -300,20 +315,25 @@ func (s *Server) storeError(ctx context.Context, op string, err error) error {
 	return status.Errorf(codes.Internal, "store error: %v", err)
 }
 
-// storeFull is the status of a call the memory store refused at its key
-// cap: ResourceExhausted naming the cap, and for Acquire the request of the
-// new key first ("requests[3].key: ..."), as other refusals of one request
-// are named. There is no RetryInfo: it is no rate-limit refusal, and only
-// keys expiring make room.
+// storeFull is the status of a call the store refused at its key cap:
+// ResourceExhausted naming the cap and its flag, and for Acquire the
+// request of the new key first ("requests[3].key: ..."), as other refusals
+// of one request are named. There is no RetryInfo: it is no rate-limit
+// refusal, and only keys expiring make room.
 func storeFull(op string, err error) error {
-	msg := fmt.Sprintf("%v (the allocator's --memory-max-keys)", err)
+	flag, subject := "--memory-max-keys", "allocator memory store keys"
 	var full *store.FullError
-	if errors.As(err, &full) && op == "acquire" {
+	isFull := errors.As(err, &full)
+	if isFull && full.Store == "redis" {
+		flag, subject = "--redis-max-keys", "Redis database keys (DBSIZE)"
+	}
+	msg := fmt.Sprintf("%v (the allocator's %s)", err, flag)
+	if isFull && op == "acquire" {
 		msg = fmt.Sprintf("requests[%d].key: %s", full.Request, msg)
 	}
 	st := status.New(codes.ResourceExhausted, msg)
 	if d, derr := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
-		{Subject: "allocator memory store keys", Description: err.Error()},
+		{Subject: subject, Description: err.Error()},
 	}}); derr == nil {
 		st = d
 	}

@@ -45,11 +45,18 @@ rules:
 // serve runs a Server over real gRPC on 127.0.0.1 and returns a client.
 func serve(t *testing.T, st store.Store) (allotv1.AllocatorClient, *server.Server) {
 	t.Helper()
+	return serveWith(t, server.Config{Store: st})
+}
+
+// serveWith serves cfg with the test rules.
+func serveWith(t *testing.T, cfg server.Config) (allotv1.AllocatorClient, *server.Server) {
+	t.Helper()
 	set, err := rules.Parse("test", []byte(testRules))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Store: st, Rules: set})
+	cfg.Rules = set
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,3 +11,6 @@ func ScriptSources() map[string]string {
 	}
 	return m
 }
+
+// PollKeys reads the database's size now, as the poller does each second.
+func (s *Redis) PollKeys() { s.pollKeys() }

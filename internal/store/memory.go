@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -55,26 +54,6 @@ type MemoryOptions struct {
 	// calls on keys held go on. default: DefaultMemoryMaxKeys
 	MaxKeys int
 }
-
-// ErrFull is returned, wrapped in a *FullError, for a call on a new key
-// when the memory store holds MemoryOptions.MaxKeys keys.
-var ErrFull = errors.New("store: full")
-
-// FullError says which call found the store full, and how full.
-type FullError struct {
-	// Request is the index of the refused request in an Acquire batch
-	// (the ones before it were applied); 0 for Check.
-	Request int
-	Keys    int64 // keys held
-	Max     int64 // the cap
-}
-
-func (e *FullError) Error() string {
-	return fmt.Sprintf("%v: %d keys held, the cap is %d; a new key is refused until some expire", ErrFull, e.Keys, e.Max)
-}
-
-// Is makes errors.Is(err, ErrFull) hold.
-func (e *FullError) Is(target error) bool { return target == ErrFull }
 
 type memoryShard struct {
 	mu sync.Mutex
@@ -163,7 +142,7 @@ func (m *Memory) admit(sh *memoryShard, now int64) error {
 		}
 	}
 	m.refused.Add(1)
-	return &FullError{Keys: m.keys.Load(), Max: m.maxKeys}
+	return &FullError{Store: "memory", Keys: m.keys.Load(), Max: m.maxKeys}
 }
 
 // reserve counts one more key if the cap allows it.
@@ -317,4 +296,24 @@ func (m *Memory) Close() error {
 	m.once.Do(func() { close(m.stop) })
 	<-m.done
 	return nil
+}
+
+// Exists implements Exister: whether each request's key holds a state
+// that has not expired.
+func (m *Memory) Exists(ctx context.Context, reqs []AcquireRequest) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := m.now()
+	out := make([]bool, len(reqs))
+	for i := range reqs {
+		r := reqs[i].Rule
+		k := memKey{rule: r.Name, alg: r.Algorithm, variant: stateVariant(r), key: reqs[i].Key}
+		sh := &m.shards[maphash.String(m.seed, k.key)%memoryShards]
+		sh.mu.Lock()
+		st, ok := sh.m[k]
+		out[i] = ok && st.expires > now
+		sh.mu.Unlock()
+	}
+	return out, nil
 }

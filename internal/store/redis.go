@@ -28,6 +28,7 @@ type Redis struct {
 	owned   bool // Close closes the client: DialRedis made it
 	timeout time.Duration
 	prefix  string
+	cap     redisKeys // the cap on the database's keys (redis_keys.go)
 	closing sync.Once
 }
 
@@ -45,6 +46,10 @@ type RedisOptions struct {
 	// redis.ParseClusterURL form).
 	// default: false, a single Redis
 	Cluster bool
+	// MaxKeys caps the keys of the database (DBSIZE, Allot's and any
+	// other's): at it, a call that would add a key gets a *FullError and
+	// keys held keep deciding. Negative: no cap. default: DefaultRedisMaxKeys
+	MaxKeys int64
 }
 
 const (
@@ -58,6 +63,9 @@ func (o RedisOptions) withDefaults() RedisOptions {
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = defaultKeyPrefix
+	}
+	if o.MaxKeys == 0 {
+		o.MaxKeys = DefaultRedisMaxKeys
 	}
 	return o
 }
@@ -91,6 +99,7 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	if err := s.loadScripts(); err != nil {
 		return nil, err
 	}
+	s.watchKeys(opts.MaxKeys)
 	return s, nil
 }
 
@@ -174,6 +183,7 @@ func failFast(timeout time.Duration, dial, read, write, pool *time.Duration, ret
 func (s *Redis) Close() error {
 	var err error
 	s.closing.Do(func() {
+		s.stopKeys()
 		if s.owned {
 			err = s.client.Close()
 		}
@@ -190,6 +200,9 @@ func (s *Redis) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, er
 		if !reqs[i].Reportable() {
 			return nil, ErrNotLeasable
 		}
+	}
+	if err := s.refuseNew(ctx, reqs); err != nil {
+		return nil, err
 	}
 	calls := make([]scriptCall, len(reqs))
 	for i := range reqs {
@@ -239,6 +252,9 @@ func (s *Redis) Check(ctx context.Context, r *rules.Rule, key string, cost int64
 	}
 	if cost > r.Capacity() {
 		return Decision{}, ErrCostAboveCapacity
+	}
+	if err := s.refuseNew(ctx, checkRequest(r, key)); err != nil {
+		return Decision{}, err
 	}
 	replies, err := s.run(ctx, []scriptCall{s.checkCall(r, key, cost)})
 	if err != nil {
