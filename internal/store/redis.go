@@ -302,35 +302,27 @@ func leaseReply(v []any) ([6]int64, float64, error) {
 type scriptCall struct {
 	script *luaScript
 	key    string
-	args   []any
+	args   msgpack // the key's ARGV entry
 }
 
-// ruleArgs are the ARGV every script starts with, after the operation.
-func ruleArgs(op string, r *rules.Rule, extra ...any) []any {
-	args := make([]any, 0, 5+len(extra))
-	args = append(args, op, r.Limit, periodUS(r), r.Burst, r.Lease.TTL.Microseconds())
-	return append(args, extra...)
+// ruleArgs start the arguments of every item: the operation and the rule.
+func ruleArgs(op string, r *rules.Rule) msgpack {
+	return make(msgpack, 0, 64).str(op).int(r.Limit).int(periodUS(r)).int(r.Burst).int(r.Lease.TTL.Microseconds())
 }
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
-	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), ruleArgs("a", req.Rule, req.Node, req.Want, req.Consumed,
-		req.ConsumedAge.Microseconds(), req.WantRate, req.Returned, req.ReturnedEpoch, req.Seq, strictArg(req.Rule))}
-}
-
-// strictArg tells a script that an acquire only reports consumption.
-func strictArg(r *rules.Rule) string {
-	if r.Leasable() {
-		return "0"
-	}
-	return "1"
+	// Last, whether the rule is strict: the acquire only reports consumption.
+	args := ruleArgs("a", req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
+		float(req.WantRate).int(req.Returned).int(req.ReturnedEpoch).int(req.Seq).bool(!req.Rule.Leasable())
+	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), args}
 }
 
 func (s *Redis) releaseCall(ret *Return) scriptCall {
-	return scriptCall{scriptFor(ret.Rule), s.key(ret.Rule, ret.Key), ruleArgs("r", ret.Rule, ret.Node, ret.Tokens, ret.Epoch)}
+	return scriptCall{scriptFor(ret.Rule), s.key(ret.Rule, ret.Key), ruleArgs("r", ret.Rule).str(ret.Node).int(ret.Tokens).int(ret.Epoch)}
 }
 
 func (s *Redis) checkCall(r *rules.Rule, key string, cost int64) scriptCall {
-	return scriptCall{scriptFor(r), s.key(r, key), ruleArgs("c", r, cost)}
+	return scriptCall{scriptFor(r), s.key(r, key), ruleArgs("c", r).int(cost)}
 }
 
 // key is "<prefix>:<alg>[@<period>]:{<rule>|<key>}". The algorithm is part of the name,
@@ -387,7 +379,7 @@ func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]any, error)
 }
 
 // batch is one script call: the calls it runs, by index, with their keys
-// and their arguments, each call's preceded by their count.
+// and, in the same order, their arguments (ARGV[i] is KEYS[i]'s).
 type batch struct {
 	script *luaScript
 	calls  []int
@@ -413,7 +405,7 @@ func (s *Redis) batches(calls []scriptCall) []batch {
 		b := &out[j]
 		b.calls = append(b.calls, i)
 		b.keys = append(b.keys, c.key)
-		b.args = append(append(b.args, len(c.args)), c.args...)
+		b.args = append(b.args, []byte(c.args))
 	}
 	return out
 }
@@ -550,12 +542,15 @@ var (
 
 // scripts is indexed by rules.Algorithm. A tag names a state's layout: a
 // layout that changes takes a new tag, so that allocators of two versions,
-// side by side in a rolling deploy, never read each other's keys. sl2 is
-// the sliding log of one entry per request; sl held one per token.
+// side by side in a rolling deploy, never read each other's keys (each
+// keeps its own state of a key meanwhile: see the README's "Redis keys").
+// tb2, fw2 and sw2 are states in one MessagePack string (common.lua); tb,
+// fw and sw were hashes of text fields. sl2 is the sliding log of one entry
+// per request; sl held one per token.
 var scripts = [...]*luaScript{
-	rules.TokenBucket:   newLuaScript("token_bucket", "tb", luaTokenBucket),
-	rules.FixedWindow:   newLuaScript("fixed_window", "fw", luaFixedWindow),
-	rules.SlidingWindow: newLuaScript("sliding_window", "sw", luaSlidingWindow),
+	rules.TokenBucket:   newLuaScript("token_bucket", "tb2", luaTokenBucket),
+	rules.FixedWindow:   newLuaScript("fixed_window", "fw2", luaFixedWindow),
+	rules.SlidingWindow: newLuaScript("sliding_window", "sw2", luaSlidingWindow),
 	rules.SlidingLog:    newLuaScript("sliding_log", "sl2", luaSlidingLog),
 }
 

@@ -1,9 +1,10 @@
 -- fixed_window.lua: acquireWindow, release and checkWindow of core.go for
--- fixed windows. State: a hash with t (count of the current window), s (the
--- window index), x (expiry) and the holders.
+-- fixed windows. State (see common.lua): t (count of the current window), s
+-- (the window index), x (expiry) and the holders; p is 0. Only an acquire or
+-- a release reads the holders.
 
 local function fresh()
-  return { t = 0, s = 0, p = 0, holders = {} }
+  return { t = 0, p = 0, s = 0, holders = {}, list = {} }
 end
 
 -- roll moves the state to the window holding now, and returns its index,
@@ -11,23 +12,19 @@ end
 -- same integer division core.go performs. A window never moves backwards: a
 -- clock that stepped back before the state's window decides at its start.
 local function roll(st, now)
-  local epoch = math.max((now - math.fmod(now, period)) / period, st.s)
+  local epoch = max((now - fmod(now, period)) / period, st.s)
   if st.s ~= epoch then
     st.t, st.s = 0, epoch
   end
   local start = epoch * period
-  return epoch, start, math.max(now, start)
-end
-
-local function save_window(st, now)
-  save(st, now, { 't', fmt(st.t), 's', fmt(st.s) })
+  return epoch, start, max(now, start)
 end
 
 -- credit takes back tokens of the window of index from, while it is the
 -- current one: a fixed window's past never counts again.
 local function credit(st, epoch, tokens, from)
   if from == epoch then
-    st.t = math.max(st.t - tokens, 0)
+    st.t = max(st.t - tokens, 0)
   end
 end
 
@@ -37,8 +34,8 @@ local function report(now, req)
   local _, start = roll(st, now)
   debit_window(st, req.consumed, req.age)
   st.x = start + period + ttl
-  save_window(st, now)
-  return { 0, math.floor(math.max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
+  save(st, now)
+  return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
 end
 
 local function acquire(now, req)
@@ -60,20 +57,20 @@ local function acquire(now, req)
   debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
   local used = st.t
-  local g = fair_grant(math.floor(math.max(limit - used, 0)), req.want, others)
+  local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   lent(st, req.node, g)
   remember(st, req, g)
-  local remaining = math.floor(math.max(limit - used - g, 0))
+  local remaining = floor(max(limit - used - g, 0))
   local stop = start + period
   -- Tokens of a window die with it: the window never exceeds its limit.
-  local lease_ttl = math.min(ttl, stop - at)
+  local lease_ttl = min(ttl, stop - at)
   local retry = 0
   if g < req.want and remaining == 0 then
     retry = stop - at
   end
   st.x = stop + ttl
-  save_window(st, now)
+  save(st, now)
   return { g, remaining, lease_ttl, retry, holders, epoch, '0' }
 end
 
@@ -88,7 +85,7 @@ local function release(now, node, tokens, ret_epoch)
   forget(st, node)
   local epoch = roll(st, now)
   credit(st, epoch, credited, ret_epoch)
-  save_window(st, now)
+  save(st, now)
   return {}
 end
 
@@ -102,14 +99,14 @@ local function check(now, cost)
     used = used + cost
     allowed = 1
   end
-  local remaining = math.floor(math.max(limit - used, 0))
+  local remaining = floor(max(limit - used, 0))
   local stop = start + period
   local retry = 0
   if allowed == 0 then
     retry = stop - at
   end
   st.x = stop + ttl
-  save_window(st, now)
+  save(st, now)
   return { allowed, remaining, retry, stop - at }
 end
 

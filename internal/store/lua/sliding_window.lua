@@ -1,10 +1,10 @@
 -- sliding_window.lua: acquireWindow, release and checkWindow of core.go for
--- the sliding window counter. State: a hash with t (count of the current
--- window), p (count of the previous one), s (the window index), x (expiry)
--- and the holders.
+-- the sliding window counter. State (see common.lua): t (count of the
+-- current window), p (count of the previous one), s (the window index), x
+-- (expiry) and the holders. Only an acquire or a release reads the holders.
 
 local function fresh()
-  return { t = 0, s = 0, p = 0, holders = {} }
+  return { t = 0, p = 0, s = 0, holders = {}, list = {} }
 end
 
 -- roll moves the state to the window holding now; the window before it
@@ -13,7 +13,7 @@ end
 -- division. A window never moves backwards: a clock that stepped back before
 -- the state's window decides at its start.
 local function roll(st, now)
-  local epoch = math.max((now - math.fmod(now, period)) / period, st.s)
+  local epoch = max((now - fmod(now, period)) / period, st.s)
   if st.s ~= epoch then
     if st.s == epoch - 1 then
       st.p = st.t
@@ -23,7 +23,7 @@ local function roll(st, now)
     st.t, st.s = 0, epoch
   end
   local start = epoch * period
-  return epoch, start, math.max(now, start)
+  return epoch, start, max(now, start)
 end
 
 -- The previous window weighted by how much of it the sliding window still
@@ -41,23 +41,19 @@ local function sliding_retry(st, now, start, cost)
       return 0
     end
     local at = start + period * (1 - room / st.p)
-    return math.max(0, ceil_us(at - now))
+    return max(0, ceil_us(at - now))
   end
   local at = start + period + period * (1 - (limit - cost) / st.t)
-  return math.max(0, ceil_us(at - now))
-end
-
-local function save_window(st, now)
-  save(st, now, { 't', fmt(st.t), 'p', fmt(st.p), 's', fmt(st.s) })
+  return max(0, ceil_us(at - now))
 end
 
 -- credit takes back tokens of the window of index from, while that window
 -- still counts: as the current one, or as the previous one.
 local function credit(st, epoch, tokens, from)
   if from == epoch then
-    st.t = math.max(st.t - tokens, 0)
+    st.t = max(st.t - tokens, 0)
   elseif from == epoch - 1 then
-    st.p = math.max(st.p - tokens, 0)
+    st.p = max(st.p - tokens, 0)
   end
 end
 
@@ -67,8 +63,8 @@ local function report(now, req)
   local _, start = roll(st, now)
   debit_window(st, req.consumed, req.age)
   st.x = start + 2 * period + ttl
-  save_window(st, now)
-  return { 0, math.floor(math.max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
+  save(st, now)
+  return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
 end
 
 local function acquire(now, req)
@@ -90,17 +86,17 @@ local function acquire(now, req)
   debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
   local used = estimate(st, at, start)
-  local g = fair_grant(math.floor(math.max(limit - used, 0)), req.want, others)
+  local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   lent(st, req.node, g)
   remember(st, req, g)
-  local remaining = math.floor(math.max(limit - used - g, 0))
+  local remaining = floor(max(limit - used - g, 0))
   local retry = 0
   if g < req.want then
-    retry = sliding_retry(st, at, start, math.min(req.want - g, limit))
+    retry = sliding_retry(st, at, start, min(req.want - g, limit))
   end
   st.x = start + 2 * period + ttl
-  save_window(st, now)
+  save(st, now)
   return { g, remaining, ttl, retry, holders, epoch, '0' }
 end
 
@@ -115,7 +111,7 @@ local function release(now, node, tokens, ret_epoch)
   forget(st, node)
   local epoch = roll(st, now)
   credit(st, epoch, credited, ret_epoch)
-  save_window(st, now)
+  save(st, now)
   return {}
 end
 
@@ -129,7 +125,7 @@ local function check(now, cost)
     used = used + cost
     allowed = 1
   end
-  local remaining = math.floor(math.max(limit - used, 0))
+  local remaining = floor(max(limit - used, 0))
   local stop = start + period
   local retry, reset = 0, 0
   if allowed == 0 then
@@ -141,7 +137,7 @@ local function check(now, cost)
     reset = stop - at
   end
   st.x = start + 2 * period + ttl
-  save_window(st, now)
+  save(st, now)
   return { allowed, remaining, retry, reset }
 end
 

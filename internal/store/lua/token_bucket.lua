@@ -1,6 +1,7 @@
 -- token_bucket.lua: acquireBucket, release and checkBucket of core.go.
--- State: a hash with t (tokens, may be negative: bounded debt), s (µs of the
--- last refill), x (expiry), a (rate lent) and the holders.
+-- State (see common.lua): t (tokens, may be negative: bounded debt), s (µs
+-- of the last refill), x (expiry) and the holders; p is 0. Every operation
+-- reads the holders: a refill needs their shares.
 
 -- The item's capacity, rate per µs and per second (see setup).
 local capacity, rate, per_second
@@ -12,7 +13,7 @@ local function setup()
 end
 
 local function fresh(now)
-  return { t = capacity, s = now, p = 0, holders = {} }
+  return { t = capacity, p = 0, s = now, holders = {}, list = {} }
 end
 
 -- refill adds what the bucket earned since the last refill: the rule's rate,
@@ -22,13 +23,13 @@ local function refill(st, now)
   if now > st.s then
     local lent = {}
     for _, h in pairs(st.holders) do
-      local stop = math.min(h[1], now)
+      local stop = min(h[1], now)
       if h[4] > 0 and stop > st.s then
         lent[#lent + 1] = h[4] * (stop - st.s) / 1e6
       end
     end
     local earned = (now - st.s) * rate - sorted_sum(lent)
-    st.t = math.min(capacity, st.t + math.max(earned, 0))
+    st.t = min(capacity, st.t + max(earned, 0))
     st.s = now
   end
 end
@@ -42,7 +43,7 @@ local function refill_wait(st, now, need)
   local wait = ttl + need / rate
   local free = rate - lent_rate(st, now) / 1e6
   if free > 0 then
-    wait = math.min(wait, need / free)
+    wait = min(wait, need / free)
   end
   return ceil_us(wait)
 end
@@ -53,7 +54,7 @@ local function lend_rate(st, node)
   if self[3] <= 0 then
     return 0
   end
-  local avail = per_second - math.min(per_second, math.max(-st.t, 0) * 1e6 / ttl)
+  local avail = per_second - min(per_second, max(-st.t, 0) * 1e6 / ttl)
   local wants, held = {}, {}
   for n, h in pairs(st.holders) do
     wants[#wants + 1] = h[3]
@@ -61,30 +62,26 @@ local function lend_rate(st, node)
       held[#held + 1] = h[4]
     end
   end
-  local share = math.min(self[3], water_level(avail, wants))
-  share = math.max(math.min(share, avail - sorted_sum(held)), 0)
+  local share = min(self[3], water_level(avail, wants))
+  share = max(min(share, avail - sorted_sum(held)), 0)
   self[4] = share
   return share
 end
 
-local function save_bucket(st, now)
-  save(st, now, { 't', fmt(st.t), 's', fmt(st.s) })
-end
-
 -- debit is core.go's debitBucket.
 local function debit(st, consumed, age)
-  local floor = math.min(st.t, -math.max(capacity - age * rate, 0))
-  st.t = math.max(st.t - consumed, floor)
+  local bottom = min(st.t, -max(capacity - age * rate, 0))
+  st.t = max(st.t - consumed, bottom)
 end
 
 -- report is core.go's report for a strict token bucket.
 local function report(now, req)
-  local st = load(now) or fresh(now)
+  local st = load(now, true) or fresh(now)
   refill(st, now)
   debit(st, req.consumed, req.age)
   st.x = now + ceil_us((capacity - st.t) / rate) + ttl
-  save_bucket(st, now)
-  return { 0, math.floor(math.max(st.t, 0)), ttl, 0, 0, 0, '0' }
+  save(st, now)
+  return { 0, floor(max(st.t, 0)), ttl, 0, 0, 0, '0' }
 end
 
 local function acquire(now, req)
@@ -98,25 +95,25 @@ local function acquire(now, req)
   end
   refill(st, now)
   local credited, held = give_back(st, req.node, now, 0, req.returned)
-  st.t = math.min(capacity, st.t + credited)
+  st.t = min(capacity, st.t + credited)
   debit(st, cap_consumed(st, capacity, req.node, now, req.consumed, req.age), req.age)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, 0)
-  local g = fair_grant(math.floor(math.max(st.t, 0)), req.want, others)
+  local g = fair_grant(floor(max(st.t, 0)), req.want, others)
   st.t = st.t - g
   lent(st, req.node, g)
   local share = lend_rate(st, req.node)
   remember(st, req, g)
-  local remaining = math.floor(math.max(st.t, 0))
+  local remaining = floor(max(st.t, 0))
   local retry = 0
   if g < req.want then
-    local need = math.min(req.want - g, capacity)
+    local need = min(req.want - g, capacity)
     if st.t < need then
       retry = refill_wait(st, now, need - st.t)
     end
   end
   st.x = now + ceil_us((capacity - st.t) / rate) + ttl
-  save_bucket(st, now)
-  return { g, remaining, ttl, retry, holders, 0, fmt(share) }
+  save(st, now)
+  return { g, remaining, ttl, retry, holders, 0, rate_reply(share) }
 end
 
 -- A missing state is a full bucket: a return to it changes nothing, so
@@ -129,13 +126,13 @@ local function release(now, node, tokens)
   refill(st, now)
   local credited = give_back(st, node, now, 0, tokens)
   forget(st, node)
-  st.t = math.min(capacity, st.t + credited)
-  save_bucket(st, now)
+  st.t = min(capacity, st.t + credited)
+  save(st, now)
   return {}
 end
 
 local function check(now, cost)
-  local st = load(now) or fresh(now)
+  local st = load(now, true) or fresh(now)
   refill(st, now)
   local allowed, retry = 0, 0
   if st.t >= cost then
@@ -144,10 +141,10 @@ local function check(now, cost)
   else
     retry = refill_wait(st, now, cost - st.t)
   end
-  local remaining = math.floor(math.max(st.t, 0))
+  local remaining = floor(max(st.t, 0))
   local reset = refill_wait(st, now, capacity - st.t)
   st.x = now + ceil_us((capacity - st.t) / rate) + ttl
-  save_bucket(st, now)
+  save(st, now)
   return { allowed, remaining, retry, reset }
 end
 
