@@ -298,31 +298,32 @@ func leaseReply(v []any) ([6]int64, float64, error) {
 	return ints, rate, nil
 }
 
-// scriptCall is one script run on one key.
+// scriptCall is one operation of a script on one key.
 type scriptCall struct {
 	script *luaScript
+	op     string // 'a' acquire, 'r' release, 'c' check
 	key    string
-	args   msgpack // the key's ARGV entry
+	args   msgpack // the key's item's arguments
 }
 
-// ruleArgs start the arguments of every item: the operation and the rule.
-func ruleArgs(op string, r *rules.Rule) msgpack {
-	return make(msgpack, 0, 64).str(op).int(r.Limit).int(periodUS(r)).int(r.Burst).int(r.Lease.TTL.Microseconds())
+// ruleArgs start the arguments of every item: the rule.
+func ruleArgs(r *rules.Rule) msgpack {
+	return make(msgpack, 0, 64).int(r.Limit).int(periodUS(r)).int(r.Burst).int(r.Lease.TTL.Microseconds())
 }
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
 	// Last, whether the rule is strict: the acquire only reports consumption.
-	args := ruleArgs("a", req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
+	args := ruleArgs(req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
 		float(req.WantRate).int(req.Returned).int(req.ReturnedEpoch).int(req.Seq).bool(!req.Rule.Leasable())
-	return scriptCall{scriptFor(req.Rule), s.key(req.Rule, req.Key), args}
+	return scriptCall{scriptFor(req.Rule), "a", s.key(req.Rule, req.Key), args}
 }
 
 func (s *Redis) releaseCall(ret *Return) scriptCall {
-	return scriptCall{scriptFor(ret.Rule), s.key(ret.Rule, ret.Key), ruleArgs("r", ret.Rule).str(ret.Node).int(ret.Tokens).int(ret.Epoch)}
+	return scriptCall{scriptFor(ret.Rule), "r", s.key(ret.Rule, ret.Key), ruleArgs(ret.Rule).str(ret.Node).int(ret.Tokens).int(ret.Epoch)}
 }
 
 func (s *Redis) checkCall(r *rules.Rule, key string, cost int64) scriptCall {
-	return scriptCall{scriptFor(r), s.key(r, key), ruleArgs("c", r).int(cost)}
+	return scriptCall{scriptFor(r), "c", s.key(r, key), ruleArgs(r).int(cost)}
 }
 
 // key is "<prefix>:<alg>[@<period>]:{<rule>|<key>}". The algorithm is part of the name,
@@ -378,8 +379,9 @@ func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]any, error)
 	return out, nil
 }
 
-// batch is one script call: the calls it runs, by index, with their keys
-// and, in the same order, their arguments (ARGV[i] is KEYS[i]'s).
+// batch is one script call: the calls it runs, by index, with their keys,
+// and its arguments: the calls' operation, then each call's, in the order
+// of the keys (ARGV[i+1] is KEYS[i]'s).
 type batch struct {
 	script *luaScript
 	calls  []int
@@ -392,15 +394,20 @@ type batch struct {
 const maxBatchKeys = 500
 
 func (s *Redis) batches(calls []scriptCall) []batch {
+	type kind struct {
+		script *luaScript
+		op     string
+	}
 	var out []batch
-	open := map[*luaScript]int{} // the batch still taking calls, per script
+	open := map[kind]int{} // the batch still taking calls, per script and operation
 	for i := range calls {
 		c := &calls[i]
-		j, ok := open[c.script]
+		k := kind{c.script, c.op}
+		j, ok := open[k]
 		if !ok || s.cluster || len(out[j].calls) == maxBatchKeys {
-			out = append(out, batch{script: c.script})
+			out = append(out, batch{script: c.script, args: []any{c.op}})
 			j = len(out) - 1
-			open[c.script] = j
+			open[k] = j
 		}
 		b := &out[j]
 		b.calls = append(b.calls, i)
@@ -519,7 +526,10 @@ func (s *Redis) loadScripts() error {
 }
 
 // luaScript is one algorithm's script: common.lua followed by the
-// algorithm's file, so that the shared helpers exist once in the source tree.
+// algorithm's file and, for the algorithms that lease, lease.lua and the
+// algorithm's lease file, so that the shared helpers exist once in the
+// source tree. A call of checks ends at the end of the algorithm's file and
+// makes none of the lease part's closures.
 type luaScript struct {
 	name string
 	tag  string // the algorithm's part of a key, with its layout's version
@@ -530,12 +540,20 @@ type luaScript struct {
 var (
 	//go:embed lua/common.lua
 	luaCommon string
+	//go:embed lua/lease.lua
+	luaLease string
 	//go:embed lua/token_bucket.lua
 	luaTokenBucket string
+	//go:embed lua/token_bucket_lease.lua
+	luaTokenBucketLease string
 	//go:embed lua/fixed_window.lua
 	luaFixedWindow string
+	//go:embed lua/fixed_window_lease.lua
+	luaFixedWindowLease string
 	//go:embed lua/sliding_window.lua
 	luaSlidingWindow string
+	//go:embed lua/sliding_window_lease.lua
+	luaSlidingWindowLease string
 	//go:embed lua/sliding_log.lua
 	luaSlidingLog string
 )
@@ -548,14 +566,14 @@ var (
 // fw and sw were hashes of text fields. sl2 is the sliding log of one entry
 // per request; sl held one per token.
 var scripts = [...]*luaScript{
-	rules.TokenBucket:   newLuaScript("token_bucket", "tb2", luaTokenBucket),
-	rules.FixedWindow:   newLuaScript("fixed_window", "fw2", luaFixedWindow),
-	rules.SlidingWindow: newLuaScript("sliding_window", "sw2", luaSlidingWindow),
+	rules.TokenBucket:   newLuaScript("token_bucket", "tb2", luaTokenBucket, luaLease, luaTokenBucketLease),
+	rules.FixedWindow:   newLuaScript("fixed_window", "fw2", luaFixedWindow, luaLease, luaFixedWindowLease),
+	rules.SlidingWindow: newLuaScript("sliding_window", "sw2", luaSlidingWindow, luaLease, luaSlidingWindowLease),
 	rules.SlidingLog:    newLuaScript("sliding_log", "sl2", luaSlidingLog),
 }
 
-func newLuaScript(name, tag, body string) *luaScript {
-	src := luaCommon + "\n" + body
+func newLuaScript(name, tag string, parts ...string) *luaScript {
+	src := luaCommon + "\n" + strings.Join(parts, "\n")
 	sum := sha1.Sum([]byte(src))
 	return &luaScript{name: name, tag: tag, src: src, sha: hex.EncodeToString(sum[:])}
 }

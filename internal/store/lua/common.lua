@@ -8,25 +8,27 @@
 -- lent rate, which goes out as a string written with '%.17g' (tostring keeps
 -- only 14 digits).
 --
--- A call runs one item per key of KEYS, in order, at one instant, and
--- answers an array of the items' replies. (A batch of keys is one call on
--- a single Redis; on Redis Cluster a call holds one key: one hash slot.)
--- ARGV[i] holds the arguments of the item of KEYS[i], as MessagePack values
--- one after the other: op ('a' acquire, 'r' release, 'c' check), limit,
--- period (µs), burst, lease ttl (µs), then the operation's own arguments:
--- for an acquire node, want, consumed, the consumption's age (µs), the
--- wanted rate (tokens/s), returned tokens and their epoch, the request's
--- sequence number (0: none) and 1 when the rule is strict (the request only
--- reports consumption), else 0; for a release node, tokens and epoch; for a
--- check the cost.
+-- A call runs one operation, ARGV[1] ('a' acquire, 'r' release, 'c'
+-- check), on each key of KEYS, in order, at one instant, and answers an
+-- array of the items' replies. (A batch of keys is one call on a single
+-- Redis; on Redis Cluster a call holds one key: one hash slot.) ARGV[i+1]
+-- holds the arguments of the item of KEYS[i], as MessagePack values one
+-- after the other: limit, period (µs), burst, lease ttl (µs), then the
+-- operation's own: for an acquire node, want, consumed, the consumption's
+-- age (µs), the wanted rate (tokens/s), returned tokens and their epoch,
+-- the request's sequence number (0: none) and 1 when the rule is strict
+-- (the request only reports consumption), else 0; for a release node,
+-- tokens and epoch; for a check the cost.
 --
 -- What a script costs Redis is mostly what it allocates and converts: each
 -- table, string and closure it makes, each C function it calls (tonumber,
 -- string.format, redis.call) takes from tens of nanoseconds to a
--- microsecond. Hence the shapes below: library functions are locals, an
--- item's arguments are one string that cmsgpack reads in one call, and a
--- state is read and written as MessagePack (one C call each way, no number
--- parsed or printed as text) with one GET and one SET.
+-- microsecond, and a script makes its closures anew on every call. Hence
+-- the shapes below: library functions are locals; an item's arguments are
+-- one string that cmsgpack reads in one call; a state is read and written
+-- as MessagePack (one C call each way, no number parsed or printed as
+-- text) with one GET and one SET; and a call of checks stops before the
+-- helpers that only leases use are made (lease.lua).
 --
 -- A state of a token bucket or a window is one Redis string of MessagePack
 -- values, one after the other: t (tokens, or the current window's count),
@@ -46,19 +48,13 @@ local pack, unpack_all, unpack_n = cmsgpack.pack, cmsgpack.unpack, cmsgpack.unpa
 local call = redis.call
 
 -- The item being run: its key and rule.
-local key, op, limit, period, burst, ttl
+local key, limit, period, burst, ttl
 
 -- Must equal maxWaitUS in core.go.
 local max_wait = 2 ^ 50
 
 local function fmt(x)
   return string.format('%.17g', x)
-end
-
--- The store's clock is Redis' own: callers' clocks never enter a decision.
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 local function ceil_us(x)
@@ -109,14 +105,24 @@ local function load(now, with_holders)
   return st
 end
 
--- save writes the state and its holders: those read and kept unchanged, as
--- the bytes they were read from (a run of them in one piece), then the one
--- hold recorded. The SET sets the key's TTL in the same command: no key is
--- ever left without one. The TTL is rounded up to whole milliseconds, so
--- Redis never forgets a state before core.go would; the stored x decides the
--- exact instant.
+-- save writes the state and its holders: the one hold recorded, then
+-- those read and kept unchanged, as the bytes they were read from (a run of
+-- them in one piece). The SET sets the key's TTL in the same command: no
+-- key is ever left without one. The TTL is rounded up to whole
+-- milliseconds, so Redis never forgets a state before core.go would; the
+-- stored x decides the exact instant.
 local function save(st, now)
-  local v = pack(st.t, st.p, st.s, st.x)
+  local v
+  if st.held then
+    local h = st.holders[st.held]
+    local r = h[4]
+    if r == h[3] then
+      r = nil
+    end
+    v = pack(st.t, st.p, st.s, st.x, st.held, h[1], h[2], h[3], r, h[5], h[6], h[7], h[8])
+  else
+    v = pack(st.t, st.p, st.s, st.x)
+  end
   if st.tail then
     v = v .. st.tail
   elseif st.list then
@@ -136,14 +142,6 @@ local function save(st, now)
     if from >= 0 then
       v = v .. sub(raw, from + 1, to)
     end
-  end
-  if st.held then
-    local h = st.holders[st.held]
-    local r = h[4]
-    if r == h[3] then
-      r = nil
-    end
-    v = v .. pack(st.held, h[1], h[2], h[3], r, h[5], h[6], h[7], h[8])
   end
   call('SET', key, v, 'PX', max(1, ceil((st.x - now) / 1000)))
 end
@@ -172,191 +170,35 @@ local function lent_rate(st, now)
   return sorted_sum(rates)
 end
 
--- water_level is core.go's waterLevel: the level at which the wants, each
--- capped at it, sum to avail; math.huge when they all fit.
-local function water_level(avail, wants)
-  sort(wants)
-  local rem, n = avail, #wants
-  for i = 1, #wants do
-    local share = rem / n
-    if wants[i] > share then
-      return share
-    end
-    rem = rem - wants[i]
-    n = n - 1
-  end
-  return math.huge
-end
-
--- hold records node as a holder wanting want tokens and want_rate tokens
--- per second until now+ttl, forgets expired holders, and returns the wants
--- of the other active holders and the count. Its share is lend_rate's.
-local function hold(st, node, want, want_rate, now, held, epoch)
-  local others, count = {}, 1
-  for n, h in pairs(st.holders) do
-    if h[1] <= now then
-      st.holders[n] = nil
-    elseif n ~= node then
-      others[#others + 1] = h[2]
-      count = count + 1
-    end
-  end
-  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0, held, epoch }
-  st.held = node
-  return others, count
-end
-
--- givable is core.go's givable: what node may give back at now of what it
--- was lent in window epoch.
-local function givable(st, node, now, epoch)
-  local h = st.holders[node]
-  if h == nil or h[1] <= now or h[8] ~= epoch then
-    return 0
-  end
-  return h[7] + h[4] * max(min(now, h[1]) - (h[1] - ttl), 0) / 1e6
-end
-
--- give_back is core.go's giveBack: the tokens credited, and what node may
--- still give back.
-local function give_back(st, node, now, epoch, tokens)
-  local can = givable(st, node, now, epoch)
-  local credited = min(tokens, floor(can))
-  return credited, can - credited
-end
-
--- cap_consumed is core.go's capConsumed, capacity being the rule's.
-local function cap_consumed(st, capacity, node, now, consumed, age)
-  if consumed <= 0 then
-    return 0
-  end
-  local n = 1
-  for h, o in pairs(st.holders) do
-    if h ~= node and o[1] > now then
-      n = n + 1
-    end
-  end
-  local cap = capacity / n + age * (limit / period) / n
-  return min(consumed, ceil(min(cap, max_wait)))
-end
-
--- lent is core.go's lent: a grant adds to what the holder may give back.
-local function lent(st, node, g)
-  local h = st.holders[node]
-  h[7] = h[7] + g
-end
-
--- remember records what the holder's request was granted, under its
--- sequence number, for replay.
-local function remember(st, req, granted)
-  if req.seq > 0 then
-    local h = st.holders[req.node]
-    h[5], h[6] = req.seq, granted
-  end
-end
-
--- rate_reply is a lent rate as a reply carries it.
-local function rate_reply(r)
-  if r == 0 then
-    return '0'
-  end
-  return fmt(r)
-end
-
--- replay is core.go's replay: the node's last request, whose answer was
--- lost, answered again without being applied again. window is nil for a
--- token bucket, else 'fixed' or 'sliding'.
-local function replay(st, now, req, window)
-  local h = st.holders[req.node]
-  if req.seq == 0 or h == nil or h[5] ~= req.seq or h[1] <= now then
-    return nil
-  end
-  local count = 0
-  for _, o in pairs(st.holders) do
-    if o[1] > now then
-      count = count + 1
-    end
-  end
-  local applied = h[1] - ttl
-  local lease_ttl, epoch, remaining = ttl, 0, 0
-  if window == nil then
-    remaining = floor(max(st.t, 0))
-  else
-    epoch = (applied - fmod(applied, period)) / period
-    remaining = floor(max(limit - st.t, 0))
-    if window == 'fixed' then
-      lease_ttl = max(min(ttl, (epoch + 1) * period - applied), 0)
-    end
-  end
-  return { h[6], remaining, lease_ttl, 0, count, epoch, rate_reply(h[4]) }
-end
-
--- fair_grant is core.go's fairGrant: water-filling over the holders' wants.
-local function fair_grant(avail, want, others)
-  if want <= 0 or avail <= 0 then
-    return 0
-  end
-  local total = want
-  for i = 1, #others do
-    total = total + others[i]
-  end
-  if total <= avail then
-    return want
-  end
-  local wants = { want }
-  for i = 1, #others do
-    wants[i + 1] = others[i]
-  end
-  local level = water_level(avail, wants)
-  local g = min(want, floor(min(level, want)))
-  if g < 1 then
-    g = 1
-  end
-  return g
-end
-
--- forget drops node as a holder (a release); save leaves it out.
-local function forget(st, node)
-  st.holders[node] = nil
-end
-
--- debit_window is core.go's debitWindow, on a rolled window state.
-local function debit_window(st, consumed, age)
-  local ceiling = 2 * limit
-  if age >= period then
-    ceiling = max(st.t, limit)
-  end
-  st.t = min(st.t + consumed, ceiling)
-end
-
 -- The acquire being run; one table serves every item of a call.
 local req = {}
 
--- dispatch runs every item of the call; setup, if any, derives what the
--- algorithm needs from the item's rule.
+-- dispatch runs the call's operation on every item; setup, if any, derives
+-- what the algorithm needs from the item's rule.
 local function dispatch(acquire, release, check, setup)
-  local now = now_us()
-  local replies = {}
+  -- The store's clock is Redis' own: callers' clocks never enter a decision.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local op, replies = ARGV[1], {}
+  if not (op == 'a' and acquire or op == 'r' and release or op == 'c' and check) then
+    return redis.error_reply('ERR allot: unsupported operation ' .. tostring(op))
+  end
   for i = 1, #KEYS do
     key = KEYS[i]
     local a1, a2, a3, a4, a5, a6, a7, a8, a9
-    op, limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9 = unpack_all(ARGV[i])
+    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9 = unpack_all(ARGV[i + 1])
     if setup then
       setup()
     end
-    local reply
-    if op == 'a' and acquire then
+    if op == 'a' then
       req.node, req.want, req.consumed, req.age, req.want_rate = a1, a2, a3, a4, a5
       req.returned, req.returned_epoch, req.seq, req.strict = a6, a7, a8, a9 == 1
-      reply = acquire(now, req)
-    elseif op == 'r' and release then
-      reply = release(now, a1, a2, a3)
-    elseif op == 'c' then
-      reply = check(now, a1)
+      replies[i] = acquire(now, req)
+    elseif op == 'r' then
+      replies[i] = release(now, a1, a2, a3)
+    else
+      replies[i] = check(now, a1)
     end
-    if reply == nil then
-      return redis.error_reply('ERR allot: unsupported operation ' .. tostring(op))
-    end
-    replies[i] = reply
   end
   return replies
 end

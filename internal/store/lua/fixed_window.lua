@@ -1,7 +1,8 @@
--- fixed_window.lua: acquireWindow, release and checkWindow of core.go for
--- fixed windows. State (see common.lua): t (count of the current window), s
--- (the window index), x (expiry) and the holders; p is 0. Only an acquire or
--- a release reads the holders.
+-- fixed_window.lua: checkWindow of core.go for fixed windows, and what their
+-- checks and leases share (fixed_window_lease.lua holds the rest). State
+-- (see common.lua): t (count of the current window), s (the window index), x
+-- (expiry) and the holders; p is 0. Only an acquire or a release reads the
+-- holders.
 
 local function fresh()
   return { t = 0, p = 0, s = 0, holders = {}, list = {} }
@@ -18,75 +19,6 @@ local function roll(st, now)
   end
   local start = epoch * period
   return epoch, start, max(now, start)
-end
-
--- credit takes back tokens of the window of index from, while it is the
--- current one: a fixed window's past never counts again.
-local function credit(st, epoch, tokens, from)
-  if from == epoch then
-    st.t = max(st.t - tokens, 0)
-  end
-end
-
--- report is core.go's report for a strict window.
-local function report(now, req)
-  local st = load(now) or fresh()
-  local _, start = roll(st, now)
-  debit_window(st, req.consumed, req.age)
-  st.x = start + period + ttl
-  save(st, now)
-  return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
-end
-
-local function acquire(now, req)
-  if req.strict then
-    return report(now, req)
-  end
-  local st = load(now, true) or fresh()
-  local again = replay(st, now, req, 'fixed')
-  if again then
-    return again
-  end
-  local epoch, start, at = roll(st, now)
-  local credited = give_back(st, req.node, now, req.returned_epoch, req.returned)
-  credit(st, epoch, credited, req.returned_epoch)
-  local held = givable(st, req.node, now, epoch)
-  if req.returned_epoch == epoch then
-    held = held - credited
-  end
-  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age)
-  local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
-  local used = st.t
-  local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
-  st.t = st.t + g
-  lent(st, req.node, g)
-  remember(st, req, g)
-  local remaining = floor(max(limit - used - g, 0))
-  local stop = start + period
-  -- Tokens of a window die with it: the window never exceeds its limit.
-  local lease_ttl = min(ttl, stop - at)
-  local retry = 0
-  if g < req.want and remaining == 0 then
-    retry = stop - at
-  end
-  st.x = stop + ttl
-  save(st, now)
-  return { g, remaining, lease_ttl, retry, holders, epoch, '0' }
-end
-
--- Only a return into the current window is credited; a missing state is an
--- empty window and takes nothing back.
-local function release(now, node, tokens, ret_epoch)
-  local st = load(now, true)
-  if not st then
-    return {}
-  end
-  local credited = give_back(st, node, now, ret_epoch, tokens)
-  forget(st, node)
-  local epoch = roll(st, now)
-  credit(st, epoch, credited, ret_epoch)
-  save(st, now)
-  return {}
 end
 
 local function check(now, cost)
@@ -110,4 +42,8 @@ local function check(now, cost)
   return { allowed, remaining, retry, stop - at }
 end
 
-return dispatch(acquire, release, check)
+-- A call of checks ends here. A call of leases goes on with lease.lua and
+-- fixed_window_lease.lua, which redis.go appends.
+if ARGV[1] == 'c' then
+  return dispatch(nil, nil, check)
+end

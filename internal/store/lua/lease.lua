@@ -1,0 +1,161 @@
+-- lease.lua: the helpers of core.go that only leases (acquires and
+-- releases) use. redis.go puts it after an algorithm's check part and
+-- before its lease part, so that a call of checks stops before it: the
+-- closures made here, anew on every call, would cost it Redis time for
+-- nothing (about 0.1 µs each).
+
+-- water_level is core.go's waterLevel: the level at which the wants, each
+-- capped at it, sum to avail; math.huge when they all fit.
+local function water_level(avail, wants)
+  sort(wants)
+  local rem, n = avail, #wants
+  for i = 1, #wants do
+    local share = rem / n
+    if wants[i] > share then
+      return share
+    end
+    rem = rem - wants[i]
+    n = n - 1
+  end
+  return math.huge
+end
+
+-- hold records node as a holder wanting want tokens and want_rate tokens
+-- per second until now+ttl, forgets expired holders, and returns the wants
+-- of the other active holders and the count. Its share is lend_rate's.
+local function hold(st, node, want, want_rate, now, held, epoch)
+  local others, count = {}, 1
+  for n, h in pairs(st.holders) do
+    if h[1] <= now then
+      st.holders[n] = nil
+    elseif n ~= node then
+      others[#others + 1] = h[2]
+      count = count + 1
+    end
+  end
+  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0, held, epoch }
+  st.held = node
+  return others, count
+end
+
+-- givable is core.go's givable: what node may give back at now of what it
+-- was lent in window epoch.
+local function givable(st, node, now, epoch)
+  local h = st.holders[node]
+  if h == nil or h[1] <= now or h[8] ~= epoch then
+    return 0
+  end
+  return h[7] + h[4] * max(min(now, h[1]) - (h[1] - ttl), 0) / 1e6
+end
+
+-- give_back is core.go's giveBack: the tokens credited, and what node may
+-- still give back.
+local function give_back(st, node, now, epoch, tokens)
+  local can = givable(st, node, now, epoch)
+  local credited = min(tokens, floor(can))
+  return credited, can - credited
+end
+
+-- cap_consumed is core.go's capConsumed, capacity being the rule's.
+local function cap_consumed(st, capacity, node, now, consumed, age)
+  if consumed <= 0 then
+    return 0
+  end
+  local n = 1
+  for h, o in pairs(st.holders) do
+    if h ~= node and o[1] > now then
+      n = n + 1
+    end
+  end
+  local cap = capacity / n + age * (limit / period) / n
+  return min(consumed, ceil(min(cap, max_wait)))
+end
+
+-- lent is core.go's lent: a grant adds to what the holder may give back.
+local function lent(st, node, g)
+  local h = st.holders[node]
+  h[7] = h[7] + g
+end
+
+-- remember records what the holder's request was granted, under its
+-- sequence number, for replay.
+local function remember(st, req, granted)
+  if req.seq > 0 then
+    local h = st.holders[req.node]
+    h[5], h[6] = req.seq, granted
+  end
+end
+
+-- rate_reply is a lent rate as a reply carries it.
+local function rate_reply(r)
+  if r == 0 then
+    return '0'
+  end
+  return fmt(r)
+end
+
+-- replay is core.go's replay: the node's last request, whose answer was
+-- lost, answered again without being applied again. window is nil for a
+-- token bucket, else 'fixed' or 'sliding'.
+local function replay(st, now, req, window)
+  local h = st.holders[req.node]
+  if req.seq == 0 or h == nil or h[5] ~= req.seq or h[1] <= now then
+    return nil
+  end
+  local count = 0
+  for _, o in pairs(st.holders) do
+    if o[1] > now then
+      count = count + 1
+    end
+  end
+  local applied = h[1] - ttl
+  local lease_ttl, epoch, remaining = ttl, 0, 0
+  if window == nil then
+    remaining = floor(max(st.t, 0))
+  else
+    epoch = (applied - fmod(applied, period)) / period
+    remaining = floor(max(limit - st.t, 0))
+    if window == 'fixed' then
+      lease_ttl = max(min(ttl, (epoch + 1) * period - applied), 0)
+    end
+  end
+  return { h[6], remaining, lease_ttl, 0, count, epoch, rate_reply(h[4]) }
+end
+
+-- fair_grant is core.go's fairGrant: water-filling over the holders' wants.
+local function fair_grant(avail, want, others)
+  if want <= 0 or avail <= 0 then
+    return 0
+  end
+  local total = want
+  for i = 1, #others do
+    total = total + others[i]
+  end
+  if total <= avail then
+    return want
+  end
+  local wants = { want }
+  for i = 1, #others do
+    wants[i + 1] = others[i]
+  end
+  local level = water_level(avail, wants)
+  local g = min(want, floor(min(level, want)))
+  if g < 1 then
+    g = 1
+  end
+  return g
+end
+
+-- forget drops node as a holder (a release); save leaves it out.
+local function forget(st, node)
+  st.holders[node] = nil
+end
+
+-- debit_window is core.go's debitWindow, on a rolled window state.
+local function debit_window(st, consumed, age)
+  local ceiling = 2 * limit
+  if age >= period then
+    ceiling = max(st.t, limit)
+  end
+  st.t = min(st.t + consumed, ceiling)
+end

@@ -1,0 +1,73 @@
+-- sliding_window_lease.lua: acquireWindow, release and report of core.go,
+-- the lease part of sliding window counters (redis.go appends it, after
+-- lease.lua, to sliding_window.lua).
+
+-- credit takes back tokens of the window of index from, while that window
+-- still counts: as the current one, or as the previous one.
+local function credit(st, epoch, tokens, from)
+  if from == epoch then
+    st.t = max(st.t - tokens, 0)
+  elseif from == epoch - 1 then
+    st.p = max(st.p - tokens, 0)
+  end
+end
+
+-- report is core.go's report for a strict window.
+local function report(now, req)
+  local st = load(now) or fresh()
+  local _, start = roll(st, now)
+  debit_window(st, req.consumed, req.age)
+  st.x = start + 2 * period + ttl
+  save(st, now)
+  return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
+end
+
+local function acquire(now, req)
+  if req.strict then
+    return report(now, req)
+  end
+  local st = load(now, true) or fresh()
+  local again = replay(st, now, req, 'sliding')
+  if again then
+    return again
+  end
+  local epoch, start, at = roll(st, now)
+  local credited = give_back(st, req.node, now, req.returned_epoch, req.returned)
+  credit(st, epoch, credited, req.returned_epoch)
+  local held = givable(st, req.node, now, epoch)
+  if req.returned_epoch == epoch then
+    held = held - credited
+  end
+  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age)
+  local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
+  local used = estimate(st, at, start)
+  local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
+  st.t = st.t + g
+  lent(st, req.node, g)
+  remember(st, req, g)
+  local remaining = floor(max(limit - used - g, 0))
+  local retry = 0
+  if g < req.want then
+    retry = sliding_retry(st, at, start, min(req.want - g, limit))
+  end
+  st.x = start + 2 * period + ttl
+  save(st, now)
+  return { g, remaining, ttl, retry, holders, epoch, '0' }
+end
+
+-- A return is credited to the window it was leased in, while that window
+-- still counts; a missing state takes nothing back.
+local function release(now, node, tokens, ret_epoch)
+  local st = load(now, true)
+  if not st then
+    return {}
+  end
+  local credited = give_back(st, node, now, ret_epoch, tokens)
+  forget(st, node)
+  local epoch = roll(st, now)
+  credit(st, epoch, credited, ret_epoch)
+  save(st, now)
+  return {}
+end
+
+return dispatch(acquire, release, check)

@@ -1,0 +1,88 @@
+-- token_bucket_lease.lua: acquireBucket, release and report of core.go,
+-- the lease part of token buckets (redis.go appends it, after lease.lua, to
+-- token_bucket.lua).
+
+-- lend_rate is core.go's lendRate: node's share of the rule's rate.
+local function lend_rate(st, node)
+  local self = st.holders[node]
+  if self[3] <= 0 then
+    return 0
+  end
+  local avail = per_second - min(per_second, max(-st.t, 0) * 1e6 / ttl)
+  local wants, held = {}, {}
+  for n, h in pairs(st.holders) do
+    wants[#wants + 1] = h[3]
+    if n ~= node then
+      held[#held + 1] = h[4]
+    end
+  end
+  local share = min(self[3], water_level(avail, wants))
+  share = max(min(share, avail - sorted_sum(held)), 0)
+  self[4] = share
+  return share
+end
+
+-- debit is core.go's debitBucket.
+local function debit(st, consumed, age)
+  local bottom = min(st.t, -max(capacity - age * rate, 0))
+  st.t = max(st.t - consumed, bottom)
+end
+
+-- report is core.go's report for a strict token bucket.
+local function report(now, req)
+  local st = load(now, true) or fresh(now)
+  refill(st, now)
+  debit(st, req.consumed, req.age)
+  st.x = now + ceil_us((capacity - st.t) / rate) + ttl
+  save(st, now)
+  return { 0, floor(max(st.t, 0)), ttl, 0, 0, 0, '0' }
+end
+
+local function acquire(now, req)
+  if req.strict then
+    return report(now, req)
+  end
+  local st = load(now, true) or fresh(now)
+  local again = replay(st, now, req, nil)
+  if again then
+    return again
+  end
+  refill(st, now)
+  local credited, held = give_back(st, req.node, now, 0, req.returned)
+  st.t = min(capacity, st.t + credited)
+  debit(st, cap_consumed(st, capacity, req.node, now, req.consumed, req.age), req.age)
+  local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, 0)
+  local g = fair_grant(floor(max(st.t, 0)), req.want, others)
+  st.t = st.t - g
+  lent(st, req.node, g)
+  local share = lend_rate(st, req.node)
+  remember(st, req, g)
+  local remaining = floor(max(st.t, 0))
+  local retry = 0
+  if g < req.want then
+    local need = min(req.want - g, capacity)
+    if st.t < need then
+      retry = refill_wait(st, now, need - st.t)
+    end
+  end
+  st.x = now + ceil_us((capacity - st.t) / rate) + ttl
+  save(st, now)
+  return { g, remaining, ttl, retry, holders, 0, rate_reply(share) }
+end
+
+-- A missing state is a full bucket: a return to it changes nothing, so
+-- nothing is written.
+local function release(now, node, tokens)
+  local st = load(now, true)
+  if not st then
+    return {}
+  end
+  refill(st, now)
+  local credited = give_back(st, node, now, 0, tokens)
+  forget(st, node)
+  st.t = min(capacity, st.t + credited)
+  save(st, now)
+  return {}
+end
+
+return dispatch(acquire, release, check, setup)
