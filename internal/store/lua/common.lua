@@ -33,19 +33,20 @@
 -- A state of a token bucket or a window is one Redis string of MessagePack
 -- values, one after the other: t (tokens, or the current window's count),
 -- p (the previous window's count), s (the refill stamp, µs, or the window
--- index) and x (the expiry, µs); then nine per holder: node, until (µs),
--- want, wanted rate, lent rate (nil when it is the wanted rate, as it
--- mostly is), seq, granted, held and epoch (core.go's holder). cmsgpack
--- writes a number as an integer when it is one, else as a float32 when that
--- is exact, else as a float64, so every number reads back bit for bit
--- (but -0, which reads back as 0 and which no decision tells apart). A
+-- index) and x - s (x is the expiry, µs: a token bucket's follows s, and
+-- the difference takes 5 bytes where x takes 9); then nine per holder:
+-- node, until (µs), want, wanted rate, lent rate (nil when it is the wanted
+-- rate, as it mostly is), seq, granted, held and epoch (core.go's holder).
+-- cmsgpack writes a number as an integer when it is one, else as a float32
+-- when that is exact, else as a float64, so every number reads back bit for
+-- bit (but -0, which reads back as 0 and which no decision tells apart). A
 -- holder that a call does not change is written back as the bytes it was
 -- read from.
 
-local floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
-local sort, sub = table.sort, string.sub
-local pack, unpack_all, unpack_n = cmsgpack.pack, cmsgpack.unpack, cmsgpack.unpack_limit
-local call = redis.call
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local fmod, sort, sub = math.fmod, table.sort, string.sub
+local pack, unpack_all = cmsgpack.pack, cmsgpack.unpack
+local unpack_n, call = cmsgpack.unpack_limit, redis.call
 
 -- The item being run: its key and rule.
 local key, limit, period, burst, ttl
@@ -81,6 +82,7 @@ local function load(now, with_holders)
     return nil
   end
   local at, t, p, s, x = unpack_n(v, 4, 0)
+  x = s + x
   if x <= now then
     return nil
   end
@@ -89,15 +91,17 @@ local function load(now, with_holders)
     st.tail = at < 0 and '' or sub(v, at + 1)
     return st
   end
-  local list, n = {}, 0
+  local list, n = nil, 0
   while at >= 0 do
-    local from, node, u, w, wr, r, sq, g, hd, ep = at
+    local from = at
+    local node, u, w, wr, r, sq, g, hd, ep
     at, node, u, w, wr, r, sq, g, hd, ep = unpack_n(v, 9, at)
     if r == nil then
       r = wr
     end
     local h = { u, w, wr, r, sq, g, hd, ep, node, from, at < 0 and #v or at }
     n = n + 1
+    list = list or {}
     list[n] = h
     st.holders[node] = h
   end
@@ -119,9 +123,10 @@ local function save(st, now)
     if r == h[3] then
       r = nil
     end
-    v = pack(st.t, st.p, st.s, st.x, st.held, h[1], h[2], h[3], r, h[5], h[6], h[7], h[8])
+    v = pack(st.t, st.p, st.s, st.x - st.s,
+      st.held, h[1], h[2], h[3], r, h[5], h[6], h[7], h[8])
   else
-    v = pack(st.t, st.p, st.s, st.x)
+    v = pack(st.t, st.p, st.s, st.x - st.s)
   end
   if st.tail then
     v = v .. st.tail
@@ -147,8 +152,12 @@ local function save(st, now)
 end
 
 -- sorted_sum adds xs in ascending order, as core.go's sortedSum does, so
--- that both reach the same float whatever order the holders come in.
+-- that both reach the same float whatever order the holders come in. No xs
+-- (nil: a list never started, to spare a table) sum to 0.
 local function sorted_sum(xs)
+  if not xs then
+    return 0
+  end
   if #xs > 1 then
     sort(xs)
   end
@@ -161,9 +170,10 @@ end
 
 -- lent_rate is the sum of the shares active at now, tokens per second.
 local function lent_rate(st, now)
-  local rates = {}
+  local rates
   for _, h in pairs(st.holders) do
     if h[4] > 0 and h[1] > now then
+      rates = rates or {}
       rates[#rates + 1] = h[4]
     end
   end
@@ -186,7 +196,8 @@ local function dispatch(acquire, release, check, setup)
   for i = 1, #KEYS do
     key = KEYS[i]
     local a1, a2, a3, a4, a5, a6, a7, a8, a9
-    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9 = unpack_all(ARGV[i + 1])
+    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9 =
+      unpack_all(ARGV[i + 1])
     if setup then
       setup()
     end

@@ -5,7 +5,7 @@
 -- holders.
 
 local function fresh()
-  return { t = 0, p = 0, s = 0, holders = {}, list = {} }
+  return { t = 0, p = 0, s = 0, holders = {} }
 end
 
 -- roll moves the state to the window holding now, and returns its index,

@@ -20,15 +20,21 @@ local function water_level(avail, wants)
   return math.huge
 end
 
+-- none is the wants of no other holder, shared so as to spare a table.
+local none = {}
+
 -- hold records node as a holder wanting want tokens and want_rate tokens
 -- per second until now+ttl, forgets expired holders, and returns the wants
 -- of the other active holders and the count. Its share is lend_rate's.
 local function hold(st, node, want, want_rate, now, held, epoch)
-  local others, count = {}, 1
+  local others, count = none, 1
   for n, h in pairs(st.holders) do
     if h[1] <= now then
       st.holders[n] = nil
     elseif n ~= node then
+      if others == none then
+        others = {}
+      end
       others[#others + 1] = h[2]
       count = count + 1
     end

@@ -5,7 +5,7 @@
 -- Only an acquire or a release reads the holders.
 
 local function fresh()
-  return { t = 0, p = 0, s = 0, holders = {}, list = {} }
+  return { t = 0, p = 0, s = 0, holders = {} }
 end
 
 -- roll moves the state to the window holding now; the window before it

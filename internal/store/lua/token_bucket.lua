@@ -14,7 +14,7 @@ local function setup()
 end
 
 local function fresh(now)
-  return { t = capacity, p = 0, s = now, holders = {}, list = {} }
+  return { t = capacity, p = 0, s = now, holders = {} }
 end
 
 -- refill adds what the bucket earned since the last refill: the rule's rate,
@@ -22,10 +22,11 @@ end
 -- steps back earns nothing and does not move the stamp back.
 local function refill(st, now)
   if now > st.s then
-    local lent = {}
+    local lent
     for _, h in pairs(st.holders) do
       local stop = min(h[1], now)
       if h[4] > 0 and stop > st.s then
+        lent = lent or {}
         lent[#lent + 1] = h[4] * (stop - st.s) / 1e6
       end
     end
