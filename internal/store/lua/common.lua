@@ -54,6 +54,15 @@ local key, limit, period, burst, ttl
 -- Must equal maxWaitUS in core.go.
 local max_wait = 2 ^ 50
 
+-- Redis keeps a state until its expiry x rounded up to a multiple of
+-- ttl_step (µs), so that the saves of a busy key mostly keep its TTL as it
+-- is (SET with KEEPTTL) instead of setting it anew, which costs Redis more
+-- than the rest of the SET. Redis forgets a state at most this long after
+-- core.go would, never before. The step is part of the layout: a version
+-- that changes it takes a new key tag (redis.go), as it would keep TTLs set
+-- to another step.
+local ttl_step = 100000
+
 local function fmt(x)
   return string.format('%.17g', x)
 end
@@ -70,8 +79,8 @@ local function call_chunked(cmd, list)
 end
 
 -- load reads the state of key: nil when it is missing or expired (the
--- stored x decides, as in core.go, not Redis' TTL, which is up to a
--- millisecond longer). With with_holders, st.holders maps each holder's
+-- stored x decides, as in core.go, not Redis' TTL, which may reach up to
+-- ttl_step further). With with_holders, st.holders maps each holder's
 -- node to { until, want, wanted rate, lent rate, seq, granted, held, epoch,
 -- node, first byte, end byte } and st.list holds them in stored order;
 -- without, the bytes after the scalars are kept whole in st.tail, to be
@@ -87,6 +96,7 @@ local function load(now, with_holders)
     return nil
   end
   local st = { t = t, p = p, s = s, x = x, holders = {} }
+  st.ttl_ends = ceil(x / ttl_step) * ttl_step -- what the key's TTL reaches
   if not with_holders then
     st.tail = at < 0 and '' or sub(v, at + 1)
     return st
@@ -111,10 +121,10 @@ end
 
 -- save writes the state and its holders: the one hold recorded, then
 -- those read and kept unchanged, as the bytes they were read from (a run of
--- them in one piece). The SET sets the key's TTL in the same command: no
--- key is ever left without one. The TTL is rounded up to whole
--- milliseconds, so Redis never forgets a state before core.go would; the
--- stored x decides the exact instant.
+-- them in one piece). The SET sets or keeps the key's TTL in the same
+-- command, so that no key is ever left without one: the TTL reaches x
+-- rounded up to ttl_step, and a key whose TTL reaches that instant already
+-- keeps it.
 local function save(st, now)
   local v
   if st.held then
@@ -148,7 +158,14 @@ local function save(st, now)
       v = v .. sub(raw, from + 1, to)
     end
   end
-  call('SET', key, v, 'PX', max(1, ceil((st.x - now) / 1000)))
+  local ends = ceil(st.x / ttl_step) * ttl_step
+  if ends == st.ttl_ends then
+    call('SET', key, v, 'KEEPTTL')
+  else
+    -- In whole milliseconds, rounded up: Redis keeps the key through every
+    -- instant before ends.
+    call('SET', key, v, 'PX', max(1, ceil((ends - now) / 1000)))
+  end
 end
 
 -- sorted_sum adds xs in ascending order, as core.go's sortedSum does, so

@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -70,5 +72,73 @@ func TestRedisStateSize(t *testing.T) {
 		if size > int64(bound) {
 			t.Errorf("%d holders: MEMORY USAGE %d B, want at most %d", node+1, size, bound)
 		}
+	}
+}
+
+// stateTTL reads what the TTL of a state's key must follow: the state's
+// expiry x (µs) and the instant, in ms, until which Redis keeps the key.
+const stateTTL = `local v = redis.call('GET', KEYS[1])
+if not v then return false end
+local _, t, p, s, xs = cmsgpack.unpack_limit(v, 4, 0)
+local pttl = redis.call('PTTL', KEYS[1])
+local now = redis.call('TIME')
+return { string.format('%.0f', s + xs), tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + pttl }`
+
+// TestRedisTTLFollowsExpiry: after every operation, each key's TTL reaches
+// its state's expiry (core.go's: Redis never forgets a state early) and at
+// most 100 ms (common.lua's ttl_step) beyond it, whether the save set the
+// TTL or kept it.
+func TestRedisTTLFollowsExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	s := dialRedis(t, srv.URL(), store.RedisOptions{Timeout: time.Second})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	var all []*rules.Rule
+	for _, alg := range []rules.Algorithm{rules.TokenBucket, rules.FixedWindow, rules.SlidingWindow} {
+		all = append(all, newRule(t, rules.Rule{Name: "ttl", Algorithm: alg, Limit: 50, Period: 300 * time.Millisecond,
+			Lease: rules.LeaseTuning{TTL: 20 * time.Millisecond}}))
+	}
+	keys := []string{"a", "b"}
+	checkKeys := func(step int) {
+		t.Helper()
+		iter := rdb.Scan(ctx, 0, "allot:*", 100).Iterator()
+		for iter.Next(ctx) {
+			v, err := rdb.Eval(ctx, stateTTL, []string{iter.Val()}).Slice()
+			if errors.Is(err, redis.Nil) {
+				continue // expired meanwhile
+			}
+			if err != nil || len(v) != 2 {
+				t.Fatalf("step %d: %s: %v %v", step, iter.Val(), v, err)
+			}
+			xs, _ := v[0].(string)
+			x, _ := strconv.ParseInt(xs, 10, 64)
+			until, _ := v[1].(int64)
+			// Redis keeps the key through the millisecond until; the state
+			// lives while now < x. 1 ms of slack for the clock reads.
+			if until < (x-1)/1000-1 || until > x/1000+100+2 {
+				t.Errorf("step %d: %s: state expires at %d µs, Redis keeps it until %d ms", step, iter.Val(), x, until)
+			}
+		}
+	}
+	for step := range 60 {
+		r, key := all[step%len(all)], keys[step/len(all)%len(keys)]
+		switch step % 4 {
+		case 0, 1:
+			_, err := s.Acquire(ctx, []store.AcquireRequest{{Rule: r, Key: key, Node: "n" + strconv.Itoa(step%3), Want: 3, WantRate: 10}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		case 2:
+			if _, err := s.Check(ctx, r, key, 1); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			if err := s.Release(ctx, []store.Return{{Rule: r, Key: key, Node: "n1", Tokens: 1}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkKeys(step)
+		time.Sleep(7 * time.Millisecond)
 	}
 }
