@@ -36,8 +36,8 @@ type Pool struct {
 	// and fallback admissions, for the rate estimate.
 	missed atomic.Int64
 	// consumed counts tokens admitted outside a lease, not yet reported;
-	// consumedSince is when the first of them was admitted (ns of the
-	// manager's monotonic time, 0: none).
+	// consumedSince is when the first of them was admitted (a mono, 0:
+	// none).
 	consumed      atomic.Int64
 	consumedSince atomic.Int64
 	holders       atomic.Int32 // the allocator's last count of this key's holders
@@ -46,7 +46,7 @@ type Pool struct {
 	// pool, which stays until the share would be full again, so that a key
 	// back after a pause does not start from a fresh share.
 	fallback  atomic.Pointer[fallback.Share]
-	notBefore atomic.Int64 // ns of the manager's time before which no refill is sent
+	notBefore atomic.Int64 // the mono before which no refill is sent
 	// remaining is what the allocator had left for the key after its last
 	// grant; fresh says no fallback decision has been made since then.
 	remaining atomic.Int64
@@ -67,39 +67,39 @@ type keyRule struct{ from, rule *rules.Rule }
 // managerState is the pool's bookkeeping, touched only by the manager.
 type managerState struct {
 	initialized bool
-	credited    int64     // tokens ever put in minus tokens taken out by the manager
-	expiry      time.Time // when the newest lease's tokens die; zero: no lease
-	servedUntil time.Time
+	credited    int64 // tokens ever put in minus tokens taken out by the manager
+	expiry      mono  // when the newest lease's tokens die; zero: no lease
+	servedUntil mono
 	// carry is what was left of older leases when a newer one arrived; those
 	// tokens still die at carryExpiry. takenAtCarry is taken() at that moment.
 	carry        int64
-	carryExpiry  time.Time
+	carryExpiry  mono
 	takenAtCarry int64
 	rate         float64 // EWMA of demand, tokens per second
 	lastTaken    int64
-	lastSample   time.Time
-	lastActive   time.Time
+	lastSample   mono
+	lastActive   mono
 	fastRate     float64 // EWMA of demand over two sweeps: how fast a share follows a surge
 	size         int64   // the lease size to ask for
 	epoch        int64
 	inFlight     *flight
 	solo         bool // asks in a batch of its own after a rejected batch
-	lastSent     time.Time
-	seq          uint64    // the sequence number of the key's last request
-	unacked      *flight   // a request that failed, to be sent again as it was
-	pending      bool      // in the manager's next batch
-	delaySeq     uint64    // the live entry of the pool in the request queue
-	timerSeq     uint64    // the live entry of the pool in the timer queue
-	timerAt      time.Time // when that entry is due; zero: none
-	givingBack   bool      // a request giving the share back is on its way
+	lastSent     mono
+	seq          uint64  // the sequence number of the key's last request
+	unacked      *flight // a request that failed, to be sent again as it was
+	pending      bool    // in the manager's next batch
+	delaySeq     uint64  // the live entry of the pool in the request queue
+	timerSeq     uint64  // the live entry of the pool in the timer queue
+	timerAt      mono    // when that entry is due; zero: none
+	givingBack   bool    // a request giving the share back is on its way
 
 	// The share of the rule's rate (share.go): tokens per second earned from
 	// shareFrom until shareEnd; accrued holds the fraction of a token not
 	// yet in the pool (negative: owed); overflow what the cap refused, to be
 	// given back; shareCap the most tokens the share may pile up.
 	share              float64
-	shareFrom          time.Time
-	shareEnd           time.Time
+	shareFrom          mono
+	shareEnd           mono
 	accrued            float64
 	overflow, shareCap int64
 }
@@ -109,7 +109,7 @@ type flight struct {
 	want, consumed          int64
 	wantRate                float64
 	age                     time.Duration
-	sent                    time.Time // of the first attempt
+	sent                    mono // of the first attempt
 	returned, returnedEpoch int64
 	seq                     uint64
 }
@@ -204,10 +204,12 @@ func (p *Pool) LeftCentrally() (int64, bool) {
 }
 
 // NotBefore is when the next refill may be sent, on the manager's time.
-func (p *Pool) NotBefore() time.Time { return time.Unix(0, p.notBefore.Load()) }
+func (p *Pool) NotBefore() time.Time { return p.notBeforeMono().time() }
+
+func (p *Pool) notBeforeMono() mono { return mono(p.notBefore.Load()) }
 
 // RetryIn is how long until the next refill may be sent.
-func (p *Pool) RetryIn() time.Duration { return max(p.NotBefore().Sub(p.table.m.now()), 0) }
+func (p *Pool) RetryIn() time.Duration { return max(p.notBeforeMono().Sub(p.table.m.now()), 0) }
 
 // Refused records demand the pool could not serve, for the rate estimate,
 // and asks for a refill.
@@ -222,7 +224,7 @@ func (p *Pool) Refused(n int64) {
 func (p *Pool) Consumed(n int64) {
 	p.missed.Add(n)
 	p.consumed.Add(n)
-	p.consumedSince.CompareAndSwap(0, p.table.m.now().UnixNano())
+	p.consumedSince.CompareAndSwap(0, int64(p.table.m.now()))
 	p.WantRefill()
 }
 
@@ -232,22 +234,22 @@ func (p *Pool) Unconsume(n int64) { p.consumed.Add(-n) }
 
 // takeConsumed hands the unreported consumption to a report: the tokens
 // and how long ago the first was admitted.
-func (p *Pool) takeConsumed(now time.Time) (int64, time.Duration) {
+func (p *Pool) takeConsumed(now mono) (int64, time.Duration) {
 	n := p.consumed.Swap(0)
 	since := p.consumedSince.Swap(0)
 	if n <= 0 || since == 0 {
 		return max(n, 0), 0
 	}
-	return n, max(now.Sub(time.Unix(0, since)), 0)
+	return n, max(now.Sub(mono(since)), 0)
 }
 
 // restoreConsumed puts back a report that did not reach the allocator.
-func (p *Pool) restoreConsumed(n int64, age time.Duration, sent time.Time) {
+func (p *Pool) restoreConsumed(n int64, age time.Duration, sent mono) {
 	if n <= 0 {
 		return
 	}
 	p.consumed.Add(n)
-	since := sent.Add(-age).UnixNano()
+	since := int64(sent.Add(-age))
 	for {
 		cur := p.consumedSince.Load()
 		if (cur != 0 && cur <= since) || p.consumedSince.CompareAndSwap(cur, since) {

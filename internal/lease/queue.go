@@ -3,7 +3,6 @@ package lease
 import (
 	"container/heap"
 	"sync"
-	"time"
 )
 
 // deadlines holds pools with something due at an instant, earliest first:
@@ -17,7 +16,7 @@ type deadlines struct {
 }
 
 type deadline struct {
-	at  time.Time
+	at  mono
 	p   *Pool
 	seq uint64
 }
@@ -36,7 +35,7 @@ func (h *deadlineHeap) Pop() any {
 	return x
 }
 
-func (q *deadlines) push(p *Pool, at time.Time) {
+func (q *deadlines) push(p *Pool, at mono) {
 	s := q.seq(p)
 	*s++
 	heap.Push(&q.items, deadline{at: at, p: p, seq: *s})
@@ -52,15 +51,15 @@ func (q *deadlines) dropStale() {
 	}
 }
 
-func (q *deadlines) peek() (time.Time, bool) {
+func (q *deadlines) peek() (mono, bool) {
 	q.dropStale()
 	if len(q.items) == 0 {
-		return time.Time{}, false
+		return 0, false
 	}
 	return q.items[0].at, true
 }
 
-func (q *deadlines) popDue(now time.Time) (*Pool, bool) {
+func (q *deadlines) popDue(now mono) (*Pool, bool) {
 	q.dropStale()
 	if len(q.items) == 0 || q.items[0].at.After(now) {
 		return nil, false

@@ -13,7 +13,7 @@ func (m *Manager) leaveSoon(p *Pool) { m.leaving = append(m.leaving, p) }
 // for others (unless it is full): idle keys leave one by one, on their own
 // deadlines, and would otherwise make a call each. A Take racing with the
 // eviction fails on the sentinel and looks again.
-func (m *Manager) evict(now time.Time) {
+func (m *Manager) evict(now mono) {
 	for _, p := range m.leaving {
 		if ret, ok := m.leave(p); ok {
 			m.returns = append(m.returns, ret)

@@ -19,7 +19,7 @@ func (m *Manager) enqueue(p *Pool) {
 	}
 	m.init(p, now)
 	m.arm(p, now)
-	if at := p.NotBefore(); at.After(now) {
+	if at := p.notBeforeMono(); at.After(now) {
 		m.delayed.push(p, at)
 		return
 	}
@@ -28,7 +28,7 @@ func (m *Manager) enqueue(p *Pool) {
 
 // schedule adds p to the batch that goes out at flushAt (at most at), once,
 // and makes any delayed request of p stale.
-func (m *Manager) schedule(p *Pool, at time.Time) {
+func (m *Manager) schedule(p *Pool, at mono) {
 	p.own.delaySeq++
 	if len(m.pending) == 0 || at.Before(m.flushAt) {
 		m.flushAt = at
@@ -40,7 +40,7 @@ func (m *Manager) schedule(p *Pool, at time.Time) {
 }
 
 // flush sends the pending refills that are due, at most MaxBatch per call.
-func (m *Manager) flush(now time.Time) {
+func (m *Manager) flush(now mono) {
 	for {
 		p, ok := m.delayed.popDue(now)
 		if !ok {
@@ -100,7 +100,7 @@ func (m *Manager) flush(now time.Time) {
 	}
 }
 
-func (m *Manager) send(pools []*Pool, now time.Time) {
+func (m *Manager) send(pools []*Pool, now mono) {
 	reqs := make([]Request, len(pools))
 	for i, p := range pools {
 		o := &p.own
@@ -175,7 +175,7 @@ func (m *Manager) apply(r result) {
 
 // failed handles an Acquire that got no answer: the consumption it carried
 // is kept for the next report; an outage backs off and retries the keys.
-func (m *Manager) failed(r result, now time.Time) {
+func (m *Manager) failed(r result, now mono) {
 	rejected := errors.Is(r.err, ErrRejected)
 	var rej *Rejection
 	for i, p := range r.pools {
@@ -218,7 +218,7 @@ func (m *Manager) failed(r result, now time.Time) {
 // allocator answers. What the dropped request carried is reported later
 // (at worst debited twice, never lost); what it may have been granted dies
 // with its lease in the allocator.
-func (m *Manager) stillWanted(p *Pool, now time.Time) bool {
+func (m *Manager) stillWanted(p *Pool, now mono) bool {
 	o := &p.own
 	if p.consumed.Load() > 0 || !m.quiet(p, p.Rule(), now) {
 		return true
@@ -242,7 +242,7 @@ func (m *Manager) stillWanted(p *Pool, now time.Time) bool {
 // identity): the whole call backs off, doubling up to maxRefusedBackoff,
 // and comes back together once the allocator answers; splitting it into
 // one call per key would multiply the load by the keys.
-func (m *Manager) rejected(r result, now time.Time) {
+func (m *Manager) rejected(r result, now mono) {
 	bad := -1
 	var rej *Rejection
 	if errors.As(r.err, &rej) && rej.Request >= 0 && rej.Request < len(r.pools) {
@@ -253,7 +253,7 @@ func (m *Manager) rejected(r result, now time.Time) {
 	}
 	switch {
 	case bad >= 0:
-		m.lastCall = time.Time{} // the others ask again at once, unpaced
+		m.lastCall = 0 // long ago: the others ask again at once, unpaced
 		for i, p := range r.pools {
 			if i != bad {
 				m.schedule(p, now)
@@ -261,11 +261,11 @@ func (m *Manager) rejected(r result, now time.Time) {
 		}
 		p := r.pools[bad]
 		p.own.solo = true
-		p.notBefore.Store(now.Add(time.Second).UnixNano())
+		p.notBefore.Store(int64(now.Add(time.Second)))
 		p.queued.Store(false)
 		m.cfg.Logger.Warn("allocator rejected a lease request", "rule", p.table.name, "err", r.err)
 	case bad == -2:
-		m.lastCall = time.Time{}
+		m.lastCall = 0
 		for _, p := range r.pools {
 			p.own.solo = true
 			m.schedule(p, now)
@@ -299,7 +299,7 @@ func (m *Manager) reachable(up bool, cause error) {
 // then) and its sequence number, it is applied at most once. An older one
 // is dropped and its consumption reported afresh: at worst debited twice,
 // never lost.
-func (m *Manager) retry(p *Pool, r *rules.Rule, now time.Time) *flight {
+func (m *Manager) retry(p *Pool, r *rules.Rule, now mono) *flight {
 	f := p.own.unacked
 	p.own.unacked = nil
 	if f == nil {

@@ -38,10 +38,10 @@ const (
 // the pool, in whole tokens, up to the pool's cap; what the cap refuses, or
 // what arrives when no lease holds the pool, is given back with the next
 // Acquire. The share ends at its lease's end.
-func (m *Manager) accrue(p *Pool, now time.Time) {
+func (m *Manager) accrue(p *Pool, now mono) {
 	o := &p.own
 	if o.share > 0 {
-		end := minTime(now, o.shareEnd)
+		end := min(now, o.shareEnd)
 		if end.After(o.shareFrom) {
 			o.accrued += o.share * end.Sub(o.shareFrom).Seconds()
 			o.shareFrom = end
@@ -79,10 +79,10 @@ func (m *Manager) accrue(p *Pool, now time.Time) {
 // new one from the moment it answered: if the new share is smaller, the
 // difference over the round trip is owed, and taken back from the pool or
 // from what the share earns next.
-func (m *Manager) setShare(p *Pool, f *flight, g Grant, now time.Time) {
+func (m *Manager) setShare(p *Pool, f *flight, g Grant, now mono) {
 	o := &p.own
 	if o.share > g.Rate {
-		if overlap := minTime(now, o.shareEnd).Sub(f.sent); overlap > 0 {
+		if overlap := min(now, o.shareEnd).Sub(f.sent); overlap > 0 {
 			o.accrued -= (o.share - g.Rate) * overlap.Seconds()
 		}
 	}
@@ -101,7 +101,7 @@ func (m *Manager) setShare(p *Pool, f *flight, g Grant, now time.Time) {
 // burst again: a new key would admit two bursts in its first second. Only
 // the share's burst is owed: what the share's rate (limit/N) earned over
 // the flight is what the node was due meanwhile.
-func (m *Manager) oweInFlight(p *Pool, r *rules.Rule, f *flight, now time.Time) {
+func (m *Manager) oweInFlight(p *Pool, r *rules.Rule, f *flight, now mono) {
 	n := p.consumed.Swap(0)
 	if n <= 0 {
 		return
@@ -125,7 +125,7 @@ func (m *Manager) settleOwed(p *Pool) {
 // touched once then costs one Acquire and one Release, not a share to
 // renew every refresh until it is found quiet, and a busy key asks for its
 // share with its second request.
-func (m *Manager) wantRate(p *Pool, r *rules.Rule, now time.Time) float64 {
+func (m *Manager) wantRate(p *Pool, r *rules.Rule, now mono) float64 {
 	if m.cfg.TokensOnly || r.Algorithm != rules.TokenBucket {
 		return 0
 	}
@@ -159,7 +159,7 @@ func (m *Manager) wantTokens(p *Pool) int64 {
 // share should go back: three of its own inter-arrival times, and at least
 // two sweeps; a busy key gives its share back within a few sweeps, a slow
 // one is not taken for gone between two requests.
-func (m *Manager) quiet(p *Pool, r *rules.Rule, now time.Time) bool {
+func (m *Manager) quiet(p *Pool, r *rules.Rule, now mono) bool {
 	o := &p.own
 	after := 2 * m.cfg.Sweep
 	if o.rate > 0 {
