@@ -32,6 +32,7 @@ type Pool struct {
 	// sharing is true while the pool earns a share of the rule's rate: the
 	// share is this node's limit even when the allocator cannot be reached.
 	sharing atomic.Bool
+	holders atomic.Int32 // the allocator's last count of this key's holders
 	// missed counts tokens asked for but not taken from the lease: refusals
 	// and fallback admissions, for the rate estimate.
 	missed atomic.Int64
@@ -40,7 +41,6 @@ type Pool struct {
 	// none).
 	consumed      atomic.Int64
 	consumedSince atomic.Int64
-	holders       atomic.Int32 // the allocator's last count of this key's holders
 	// fallback is the key's share of the rule on this node, limit/N, made
 	// the first time the key is decided without a lease. It lives with the
 	// pool, which stays until the share would be full again, so that a key
@@ -66,7 +66,6 @@ type keyRule struct{ from, rule *rules.Rule }
 
 // managerState is the pool's bookkeeping, touched only by the manager.
 type managerState struct {
-	initialized bool
 	credited    int64 // tokens ever put in minus tokens taken out by the manager
 	expiry      mono  // when the newest lease's tokens die; zero: no lease
 	servedUntil mono
@@ -83,15 +82,12 @@ type managerState struct {
 	size         int64   // the lease size to ask for
 	epoch        int64
 	inFlight     *flight
-	solo         bool // asks in a batch of its own after a rejected batch
 	lastSent     mono
 	seq          uint64  // the sequence number of the key's last request
 	unacked      *flight // a request that failed, to be sent again as it was
-	pending      bool    // in the manager's next batch
 	delaySeq     uint64  // the live entry of the pool in the request queue
 	timerSeq     uint64  // the live entry of the pool in the timer queue
 	timerAt      mono    // when that entry is due; zero: none
-	givingBack   bool    // a request giving the share back is on its way
 
 	// The share of the rule's rate (share.go): tokens per second earned from
 	// shareFrom until shareEnd; accrued holds the fraction of a token not
@@ -102,6 +98,12 @@ type managerState struct {
 	shareEnd           mono
 	accrued            float64
 	overflow, shareCap int64
+
+	// (The flags last: together they take one word.)
+	initialized bool
+	solo        bool // asks in a batch of its own after a rejected batch
+	pending     bool // in the manager's next batch
+	givingBack  bool // a request giving the share back is on its way
 }
 
 // flight is one key's part of an Acquire in flight.
