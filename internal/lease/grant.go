@@ -20,7 +20,7 @@ func (m *Manager) grant(p *Pool, g Grant, now mono) {
 	p.holders.Store(int32(min(g.Holders, math.MaxInt32)))
 	m.sawHolders(g.Holders)
 	p.remaining.Store(g.Remaining)
-	p.fresh.Store(true)
+	p.flags.set(flagFresh, true)
 	// The TTL runs from when the request was sent, on this node's monotonic
 	// clock, and ends a sweep early: the sweep is when tokens are removed. A
 	// lease shorter than two sweeps (a window about to end) ends at half its
@@ -31,7 +31,7 @@ func (m *Manager) grant(p *Pool, g Grant, now mono) {
 		m.nextSweep = expiry
 	}
 	p.own.servedUntil = f.sent.Add(g.TTL)
-	p.served.Store(true)
+	p.flags.set(flagServed, true)
 	m.accrue(p, now) // the old share, up to the answer
 	m.setShare(p, f, g, now)
 	if (g.Granted > 0 || g.Rate > 0) && expiry.After(now) {
@@ -71,7 +71,7 @@ func (m *Manager) scheduleNext(p *Pool, r *rules.Rule, f *flight, g Grant, now m
 		next = max(min(now.Add(retryDelay(r, g.RetryAfter)), f.sent.Add(m.latestRenewal(r))), now)
 	}
 	p.notBefore.Store(int64(next))
-	p.queued.Store(false)
+	p.flags.set(flagQueued, false)
 }
 
 // payInFlight pays, from a lease just granted, for what the key admitted

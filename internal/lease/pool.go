@@ -20,19 +20,11 @@ const evicted = math.MinInt64 / 2
 // atomic compare-and-swap, no clock, no lock, no allocation. Everything
 // else about the pool is the manager goroutine's.
 type Pool struct {
-	tokens atomic.Int64  // spendable leased tokens; < 0 once evicted
-	gen    atomic.Uint64 // bumped when tokens leave because their lease ended
-	low    atomic.Int64  // below this many tokens a refill is requested
-	queued atomic.Bool   // a refill is queued or in flight (at most one per key)
-
-	// served is true while the allocator is deciding for this key: it has
-	// answered an Acquire for it within the lease TTL (with or without
-	// tokens). An empty served pool refuses; an unserved one falls back.
-	served atomic.Bool
-	// sharing is true while the pool earns a share of the rule's rate: the
-	// share is this node's limit even when the allocator cannot be reached.
-	sharing atomic.Bool
-	holders atomic.Int32 // the allocator's last count of this key's holders
+	tokens  atomic.Int64  // spendable leased tokens; < 0 once evicted
+	gen     atomic.Uint64 // bumped when tokens leave because their lease ended
+	low     atomic.Int64  // below this many tokens a refill is requested
+	flags   flags         // queued, served, sharing, fresh: see flagQueued
+	holders atomic.Int32  // the allocator's last count of this key's holders
 	// missed counts tokens asked for but not taken from the lease: refusals
 	// and fallback admissions, for the rate estimate.
 	missed atomic.Int64
@@ -48,9 +40,8 @@ type Pool struct {
 	fallback  atomic.Pointer[fallback.Share]
 	notBefore atomic.Int64 // the mono before which no refill is sent
 	// remaining is what the allocator had left for the key after its last
-	// grant; fresh says no fallback decision has been made since then.
+	// grant (see flagFresh).
 	remaining atomic.Int64
-	fresh     atomic.Bool
 
 	// keyRule is the rule for this key when the table's rule has overrides
 	// (see Rule).
@@ -60,6 +51,41 @@ type Pool struct {
 	key   string
 	own   managerState // owned by the manager goroutine
 }
+
+// A pool's yes/no states, in its flags.
+const (
+	// flagQueued: a refill is queued or in flight (at most one per key).
+	flagQueued uint32 = 1 << iota
+	// flagServed: the allocator is deciding for this key: it has answered
+	// an Acquire for it within the lease TTL (with or without tokens). An
+	// empty served pool refuses; an unserved one falls back.
+	flagServed
+	// flagSharing: the pool earns a share of the rule's rate: the share is
+	// this node's limit even when the allocator cannot be reached.
+	flagSharing
+	// flagFresh: no fallback decision has been made since the last grant.
+	flagFresh
+)
+
+// flags holds a pool's yes/no states in one atomic word, where an
+// atomic.Bool each would take 16 bytes of every key's pool.
+type flags struct{ w atomic.Uint32 }
+
+func (f *flags) is(flag uint32) bool { return f.w.Load()&flag != 0 }
+
+func (f *flags) set(flag uint32, on bool) {
+	if on {
+		f.w.Or(flag)
+	} else {
+		f.w.And(^flag)
+	}
+}
+
+// raise sets flag and reports whether it was clear: CompareAndSwap(false, true).
+func (f *flags) raise(flag uint32) bool { return f.w.Or(flag)&flag == 0 }
+
+// lower clears flag and reports whether it was set: CompareAndSwap(true, false).
+func (f *flags) lower(flag uint32) bool { return f.w.And(^flag)&flag != 0 }
 
 // keyRule is the rule of one key, resolved from the table's rule from.
 type keyRule struct{ from, rule *rules.Rule }
@@ -87,7 +113,7 @@ type managerState struct {
 	unacked      *flight // a request that failed, to be sent again as it was
 	delaySeq     uint64  // the live entry of the pool in the request queue
 	timerSeq     uint64  // the live entry of the pool in the timer queue
-	timerAt      mono    // when that entry is due; zero: none
+	timerAt      mono    // when the live timer entry is due; zero: none
 
 	// The share of the rule's rate (share.go): tokens per second earned from
 	// shareFrom until shareEnd; accrued holds the fraction of a token not
@@ -99,7 +125,7 @@ type managerState struct {
 	accrued            float64
 	overflow, shareCap int64
 
-	// (The flags last: together they take one word.)
+	// (The bools last: together they take one word.)
 	initialized bool
 	solo        bool // asks in a batch of its own after a rejected batch
 	pending     bool // in the manager's next batch
@@ -176,7 +202,7 @@ func (p *Pool) Give(n int64, gen uint64) bool {
 func (p *Pool) Tokens() int64 { return max(p.tokens.Load(), 0) }
 
 // Served reports whether the allocator is deciding for this key.
-func (p *Pool) Served() bool { return p.served.Load() }
+func (p *Pool) Served() bool { return p.flags.is(flagServed) }
 
 // Fallback returns the key's fallback share, making it the first time.
 func (p *Pool) Fallback() *fallback.Share {
@@ -190,7 +216,7 @@ func (p *Pool) Fallback() *fallback.Share {
 // Sharing reports whether the pool earns a share of the rule's rate: its
 // node then keeps that share as its limit until the lease ends, allocator
 // or not.
-func (p *Pool) Sharing() bool { return p.sharing.Load() }
+func (p *Pool) Sharing() bool { return p.flags.is(flagSharing) }
 
 // Holders is the allocator's last count of this key's holders, 0 if unknown.
 func (p *Pool) Holders() int { return int(p.holders.Load()) }
@@ -199,7 +225,7 @@ func (p *Pool) Holders() int { return int(p.holders.Load()) }
 // left for the key, so that a fallback that follows can start from the
 // fleet's true state (usually an empty bucket under load, not a full share).
 func (p *Pool) LeftCentrally() (int64, bool) {
-	if !p.fresh.CompareAndSwap(true, false) {
+	if !p.flags.lower(flagFresh) {
 		return 0, false
 	}
 	return p.remaining.Load(), true
@@ -263,7 +289,7 @@ func (p *Pool) restoreConsumed(n int64, age time.Duration, sent mono) {
 // WantRefill asks the manager for a lease unless one is already on its way.
 // It never blocks (a short lock on the manager's inbox).
 func (p *Pool) WantRefill() {
-	if p.queued.Load() || !p.queued.CompareAndSwap(false, true) {
+	if p.flags.is(flagQueued) || !p.flags.raise(flagQueued) {
 		return
 	}
 	p.table.m.inbox.put(p)

@@ -54,7 +54,7 @@ func (m *Manager) leave(p *Pool) (Return, bool) {
 	m.timers.cancel(p)
 	m.delayed.cancel(p)
 	p.table.keys.remove(p.key, p)
-	p.sharing.Store(false)
+	p.flags.set(flagSharing, false)
 	o := &p.own
 	tokens := o.overflow
 	if left > 0 && !o.expiry.IsZero() {

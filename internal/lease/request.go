@@ -14,7 +14,7 @@ import (
 func (m *Manager) enqueue(p *Pool) {
 	now := m.now()
 	if p.table.gone.Load() || p.tokens.Load() < 0 {
-		p.queued.Store(false)
+		p.flags.set(flagQueued, false)
 		return
 	}
 	m.init(p, now)
@@ -76,7 +76,7 @@ func (m *Manager) flush(now mono) {
 		p.own.pending = false
 		switch {
 		case p.table.gone.Load() || p.tokens.Load() < 0: // its rule went, or it left its table
-			p.queued.Store(false)
+			p.flags.set(flagQueued, false)
 		case p.own.solo: // in a batch the allocator rejected: asks alone
 			m.send([]*Pool{p}, now)
 		default:
@@ -230,7 +230,7 @@ func (m *Manager) stillWanted(p *Pool, now mono) bool {
 			return true
 		}
 	}
-	p.queued.Store(false)
+	p.flags.set(flagQueued, false)
 	return false
 }
 
@@ -262,7 +262,7 @@ func (m *Manager) rejected(r result, now mono) {
 		p := r.pools[bad]
 		p.own.solo = true
 		p.notBefore.Store(int64(now.Add(time.Second)))
-		p.queued.Store(false)
+		p.flags.set(flagQueued, false)
 		m.cfg.Logger.Warn("allocator rejected a lease request", "rule", p.table.name, "err", r.err)
 	case bad == -2:
 		m.lastCall = 0

@@ -66,7 +66,7 @@ func (m *Manager) arm(p *Pool, now mono) {
 	if !o.expiry.IsZero() {
 		next = min(next, o.expiry)
 	}
-	if p.served.Load() {
+	if p.flags.is(flagServed) {
 		next = min(next, o.servedUntil)
 	}
 	if !next.After(now) { // busy (a request on its way): look again later
@@ -143,8 +143,8 @@ func (m *Manager) expire(p *Pool, now mono) {
 		p.remove(math.MaxInt64)
 		o.expiry, o.carry = 0, 0
 	}
-	if p.served.Load() && !now.Before(o.servedUntil) {
-		p.served.Store(false)
+	if p.flags.is(flagServed) && !now.Before(o.servedUntil) {
+		p.flags.set(flagServed, false)
 	}
 }
 
@@ -193,7 +193,7 @@ func (m *Manager) idle(p *Pool, now mono) bool {
 	if p.table.gone.Load() {
 		return p.own.inFlight == nil
 	}
-	if p.own.inFlight != nil || p.own.unacked != nil || p.queued.Load() || p.consumed.Load() > 0 {
+	if p.own.inFlight != nil || p.own.unacked != nil || p.flags.is(flagQueued) || p.consumed.Load() > 0 {
 		return false
 	}
 	return now.Sub(p.own.lastActive) >= idleAfter(p)

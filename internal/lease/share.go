@@ -48,7 +48,7 @@ func (m *Manager) accrue(p *Pool, now mono) {
 		}
 		if !now.Before(o.shareEnd) {
 			o.share = 0
-			p.sharing.Store(false)
+			p.flags.set(flagSharing, false)
 		}
 	}
 	if o.accrued < 1 {
@@ -90,7 +90,7 @@ func (m *Manager) setShare(p *Pool, f *flight, g Grant, now mono) {
 	if g.Rate > 0 {
 		o.shareCap = max(int64(math.Ceil(g.Rate*shareHold.Seconds())), 1)
 	}
-	p.sharing.Store(g.Rate > 0 && o.shareEnd.After(now))
+	p.flags.set(flagSharing, g.Rate > 0 && o.shareEnd.After(now))
 }
 
 // oweInFlight turns what the key admitted from its fallback share while the
