@@ -111,8 +111,6 @@ type managerState struct {
 	lastSent     mono
 	seq          uint64  // the sequence number of the key's last request
 	unacked      *flight // a request that failed, to be sent again as it was
-	delaySeq     uint64  // the live entry of the pool in the request queue
-	timerSeq     uint64  // the live entry of the pool in the timer queue
 	timerAt      mono    // when the live timer entry is due; zero: none
 
 	// The share of the rule's rate (share.go): tokens per second earned from
@@ -124,6 +122,12 @@ type managerState struct {
 	shareEnd           mono
 	accrued            float64
 	overflow, shareCap int64
+
+	// The pool's live entries in the request queue and the timer queue.
+	// 32 bits are plenty: a stale entry would be taken for the live one
+	// only after exactly 2^32 more of the pool's pushes while it waits
+	// (years of a key's requests), and then cost one early visit.
+	delaySeq, timerSeq uint32
 
 	// (The bools last: together they take one word.)
 	initialized bool

@@ -12,13 +12,13 @@ import (
 // again leaves the older entries stale, and they are skipped.
 type deadlines struct {
 	items deadlineHeap
-	seq   func(*Pool) *uint64 // the pool's live entry in this queue
+	seq   func(*Pool) *uint32 // the pool's live entry in this queue
 }
 
 type deadline struct {
 	at  mono
 	p   *Pool
-	seq uint64
+	seq uint32
 }
 
 type deadlineHeap []deadline
