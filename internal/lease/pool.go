@@ -108,7 +108,6 @@ type managerState struct {
 	size         int64   // the lease size to ask for
 	epoch        int64
 	inFlight     *flight
-	lastSent     mono
 	seq          uint64  // the sequence number of the key's last request
 	unacked      *flight // a request that failed, to be sent again as it was
 	timerAt      mono    // when the live timer entry is due; zero: none
@@ -133,6 +132,7 @@ type managerState struct {
 	initialized bool
 	solo        bool // asks in a batch of its own after a rejected batch
 	pending     bool // in the manager's next batch
+	sent        bool // a request has been sent for the key
 	givingBack  bool // a request giving the share back is on its way
 }
 

@@ -105,7 +105,7 @@ func (m *Manager) send(pools []*Pool, now mono) {
 	for i, p := range pools {
 		o := &p.own
 		r := p.Rule()
-		if !o.lastSent.IsZero() { // (a new key asks for its share of a refresh: init)
+		if o.sent { // (a new key asks for its share of a refresh: init)
 			m.taken(p, m.sample(p, now)) // its demand, for the size and the rate it asks
 		}
 		f := m.retry(p, r, now)
@@ -115,7 +115,7 @@ func (m *Manager) send(pools []*Pool, now mono) {
 			f.consumed, f.age = p.takeConsumed(now)
 			o.overflow = 0
 		}
-		o.inFlight, o.lastSent = f, now
+		o.inFlight, o.sent = f, true
 		reqs[i] = Request{Rule: p.table.name, Key: p.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age,
 			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Seq: f.seq}
 	}

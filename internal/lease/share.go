@@ -131,9 +131,9 @@ func (m *Manager) wantRate(p *Pool, r *rules.Rule, now mono) float64 {
 	}
 	o := &p.own
 	switch {
-	case o.lastSent.IsZero() && p.missed.Load() >= busyAtFirst:
+	case !o.sent && p.missed.Load() >= busyAtFirst:
 		return r.Rate() / float64(max(m.cfg.Nodes(), 1))
-	case o.lastSent.IsZero(), m.quiet(p, r, now):
+	case !o.sent, m.quiet(p, r, now):
 		return 0
 	}
 	// The fast estimate leads when demand surges (load moving onto this
