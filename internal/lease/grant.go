@@ -124,11 +124,12 @@ func (m *Manager) deposit(p *Pool, n int64, expiry mono) {
 	if left := max(p.tokens.Load(), 0); left > 0 && !p.own.expiry.IsZero() {
 		// A carry still pending dies earlier than the current lease; all that
 		// is left now takes that earlier expiry, which is conservative.
-		if p.own.carry == 0 {
-			p.own.carryExpiry = p.own.expiry
+		b := p.own.makeBusy()
+		if b.carry == 0 {
+			b.carryExpiry = p.own.expiry
 		}
-		p.own.carry = left
-		p.own.takenAtCarry = p.taken()
+		b.carry = left
+		b.takenAtCarry = p.taken()
 	}
 	p.tokens.Add(n)
 	p.own.credited += n

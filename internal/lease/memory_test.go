@@ -15,7 +15,7 @@ import (
 
 // maxPoolSize bounds what one key's Pool takes (issue 9: a node's heap per
 // live key). It was 520 B (a 576 B allocation) before the pool was slimmed.
-const maxPoolSize = 312
+const maxPoolSize = 256
 
 func TestPoolSize(t *testing.T) {
 	size := unsafe.Sizeof(Pool{})

@@ -95,32 +95,22 @@ type managerState struct {
 	credited    int64 // tokens ever put in minus tokens taken out by the manager
 	expiry      mono  // when the newest lease's tokens die; zero: no lease
 	servedUntil mono
-	// carry is what was left of older leases when a newer one arrived; those
-	// tokens still die at carryExpiry. takenAtCarry is taken() at that moment.
-	carry        int64
-	carryExpiry  mono
-	takenAtCarry int64
-	rate         float64 // EWMA of demand, tokens per second
-	lastTaken    int64
-	lastSample   mono
-	lastActive   mono
-	fastRate     float64 // EWMA of demand over two sweeps: how fast a share follows a surge
-	size         int64   // the lease size to ask for
-	epoch        int64
-	inFlight     *flight
-	seq          uint64  // the sequence number of the key's last request
-	unacked      *flight // a request that failed, to be sent again as it was
-	timerAt      mono    // when the live timer entry is due; zero: none
-
-	// The share of the rule's rate (share.go): tokens per second earned from
-	// shareFrom until shareEnd; accrued holds the fraction of a token not
-	// yet in the pool (negative: owed); overflow what the cap refused, to be
-	// given back; shareCap the most tokens the share may pile up.
-	share              float64
-	shareFrom          mono
-	shareEnd           mono
-	accrued            float64
-	overflow, shareCap int64
+	// busy holds what only a busy key needs; nil reads as all zeros.
+	busy       *busyState
+	rate       float64 // EWMA of demand, tokens per second
+	lastTaken  int64
+	lastSample mono
+	lastActive mono
+	fastRate   float64 // EWMA of demand over two sweeps: how fast a share follows a surge
+	size       int64   // the lease size to ask for
+	epoch      int64
+	inFlight   *flight
+	seq        uint64  // the sequence number of the key's last request
+	unacked    *flight // a request that failed, to be sent again as it was
+	timerAt    mono    // when the live timer entry is due; zero: none
+	// overflow is what the key's share earned beyond the pool's cap, to be
+	// given back (share.go).
+	overflow int64
 
 	// The pool's live entries in the request queue and the timer queue.
 	// 32 bits are plenty: a stale entry would be taken for the live one
@@ -134,6 +124,54 @@ type managerState struct {
 	pending     bool // in the manager's next batch
 	sent        bool // a request has been sent for the key
 	givingBack  bool // a request giving the share back is on its way
+}
+
+// busyState is the part of a pool's bookkeeping that only a busy key
+// needs: the carry of older leases and a share of the rule's rate. A key
+// gets one the first time it needs it (a lease arrives while tokens are
+// left, or a share comes with one) and keeps it while it lives; the many
+// keys touched once or now and then never do, and save its 64 bytes (less
+// the pointer).
+type busyState struct {
+	// carry is what was left of older leases when a newer one arrived; those
+	// tokens still die at carryExpiry. takenAtCarry is taken() at that moment.
+	carry        int64
+	carryExpiry  mono
+	takenAtCarry int64
+
+	// The share of the rule's rate (share.go): tokens per second earned from
+	// shareFrom until shareEnd; accrued holds the fraction of a token not
+	// yet in the pool (negative: owed); shareCap the most tokens the share
+	// may pile up.
+	share     float64
+	shareFrom mono
+	shareEnd  mono
+	accrued   float64
+	shareCap  int64
+}
+
+// makeBusy returns the key's busy state, making it the first time.
+func (o *managerState) makeBusy() *busyState {
+	if o.busy == nil {
+		o.busy = &busyState{}
+	}
+	return o.busy
+}
+
+// carry is what older leases left that dies before the newest lease.
+func (o *managerState) carry() int64 {
+	if o.busy == nil {
+		return 0
+	}
+	return o.busy.carry
+}
+
+// shareRate is the share of the rule's rate the key earns, tokens per second.
+func (o *managerState) shareRate() float64 {
+	if o.busy == nil {
+		return 0
+	}
+	return o.busy.share
 }
 
 // flight is one key's part of an Acquire in flight.

@@ -60,7 +60,10 @@ func (m *Manager) leave(p *Pool) (Return, bool) {
 	if left > 0 && !o.expiry.IsZero() {
 		tokens += left
 	}
-	o.overflow, o.share = 0, 0
+	o.overflow = 0
+	if o.busy != nil {
+		o.busy.share = 0
+	}
 	if tokens <= 0 || p.table.gone.Load() {
 		return Return{}, false
 	}

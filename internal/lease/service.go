@@ -14,7 +14,7 @@ func (m *Manager) tick(now mono) {
 		m.expire(p, now)
 		m.taken(p, m.sample(p, now))
 		m.giveBack(p, now)
-		if p.own.share <= 0 { // it ended: back to its own deadlines
+		if p.own.shareRate() <= 0 { // it ended: back to its own deadlines
 			delete(m.sharing, p)
 			m.arm(p, now)
 		}
@@ -32,7 +32,7 @@ func (m *Manager) service(p *Pool, now mono) {
 	m.accrue(p, now)
 	m.expire(p, now)
 	m.taken(p, m.sample(p, now))
-	if o := &p.own; o.lastActive.Equal(now) && o.share <= 0 {
+	if o := &p.own; o.lastActive.Equal(now) && o.shareRate() <= 0 {
 		// Demand since the key's last look, when it had a deadline: at some
 		// time in between, not now. Dated half an idle period back, a key
 		// touched once leaves one and a half idle periods after its use,
@@ -60,8 +60,8 @@ func (m *Manager) arm(p *Pool, now mono) {
 		return
 	}
 	next := o.lastActive.Add(idleAfter(p))
-	if o.carry > 0 {
-		next = min(next, o.carryExpiry)
+	if o.carry() > 0 {
+		next = min(next, o.busy.carryExpiry)
 	}
 	if !o.expiry.IsZero() {
 		next = min(next, o.expiry)
@@ -92,7 +92,7 @@ func (m *Manager) settled(p *Pool, now mono) {
 
 // share notes that the key holds a share (or no longer does).
 func (m *Manager) share(p *Pool, now mono) {
-	if p.own.share > 0 {
+	if p.own.shareRate() > 0 {
 		if _, ok := m.sharing[p]; !ok {
 			m.sharing[p] = struct{}{}
 			m.timers.cancel(p)
@@ -131,17 +131,20 @@ func (m *Manager) forgetTables(now mono) {
 // expire removes tokens whose lease has ended.
 func (m *Manager) expire(p *Pool, now mono) {
 	o := &p.own
-	if o.carry > 0 && !now.Before(o.carryExpiry) {
+	if b := o.busy; b != nil && b.carry > 0 && !now.Before(b.carryExpiry) {
 		p.gen.Add(1)
-		if left := o.carry - (p.taken() - o.takenAtCarry); left > 0 {
+		if left := b.carry - (p.taken() - b.takenAtCarry); left > 0 {
 			p.remove(left)
 		}
-		o.carry = 0
+		b.carry = 0
 	}
 	if !o.expiry.IsZero() && !now.Before(o.expiry) {
 		p.gen.Add(1)
 		p.remove(math.MaxInt64)
-		o.expiry, o.carry = 0, 0
+		o.expiry = 0
+		if o.busy != nil {
+			o.busy.carry = 0
+		}
 	}
 	if p.flags.is(flagServed) && !now.Before(o.servedUntil) {
 		p.flags.set(flagServed, false)
@@ -179,7 +182,7 @@ func (m *Manager) sample(p *Pool, now mono) int64 {
 // within a few sweeps instead of at the next renewal.
 func (m *Manager) giveBack(p *Pool, now mono) {
 	o := &p.own
-	if o.share <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.Rule(), now) {
+	if o.shareRate() <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.Rule(), now) {
 		return
 	}
 	o.givingBack = true
