@@ -7,7 +7,7 @@ import (
 
 // mono is an instant of the manager's time: the clock's monotonic reading
 // in nanoseconds, counted from monoOrigin before the clock's own origin.
-// It takes 8 bytes where a time.Time takes 24, and a pool holds nine.
+// It takes 8 bytes where a time.Time takes 24; a pool holds up to eight.
 //
 // Like time.Time's, the zero value is no instant (IsZero) and comes long
 // before any real one: a zero "last call" is long ago. Add and Sub
