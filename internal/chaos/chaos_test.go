@@ -1,0 +1,307 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/allot-dev/allot/client"
+)
+
+// runLength is a scenario's run at full scale; `make test` runs them at
+// shortScale.
+const (
+	runLength  = 12 * time.Second
+	shortScale = 0.5
+)
+
+// scenario is one fault under load.
+type scenario struct {
+	name  string
+	short bool // also run, shortened, by `make test`
+	top   topology
+	// The fault begins at at and ends lasting later, at full scale
+	// (lasting 0: a single step). end may be nil.
+	at, lasting time.Duration
+	begin, end  func(e *env)
+	// outage: the nodes lose the allocator for longer than a lease: they
+	// must fall back (failure: open) and refuse (failure: closed).
+	outage bool
+	// onLeases: nodes must make no fallback decision from the first second
+	// on: the fault must not reach them.
+	onLeases bool
+	// excess is what the fault may add to the bound of every window, and
+	// why; nil: nothing, the bound of DESIGN.md as it is.
+	excess func(e *env) (float64, string)
+	// check asserts what else the scenario promises, and returns notes
+	// for the table.
+	check func(t *testing.T, e *env, m *measure) string
+}
+
+// The scenarios of issue 10, in the table's order.
+func scenarios() []*scenario {
+	return []*scenario{
+		{
+			name: "allocator kill -9, restarted 3 s later", short: true,
+			top: topology{allocators: 1}, at: 3 * time.Second, lasting: 3 * time.Second,
+			begin:  func(e *env) { e.allocs[0].kill() },
+			end:    func(e *env) { e.allocs[0].start() },
+			outage: true,
+		},
+		{
+			name: "allocator SIGSTOP 5 s (one allocator)",
+			top:  topology{allocators: 1}, at: 3 * time.Second, lasting: 5 * time.Second,
+			begin:  func(e *env) { e.allocs[0].signal(syscall.SIGSTOP) },
+			end:    func(e *env) { e.allocs[0].signal(syscall.SIGCONT) },
+			outage: true,
+		},
+		{
+			name: "allocator SIGSTOP 5 s (one of two)", short: true,
+			top: topology{allocators: 2}, at: 3 * time.Second, lasting: 5 * time.Second,
+			begin:    func(e *env) { e.allocs[1].signal(syscall.SIGSTOP) },
+			end:      func(e *env) { e.allocs[1].signal(syscall.SIGCONT) },
+			onLeases: true,
+		},
+		{
+			name: "Redis kill -9, restarted empty 3 s later",
+			top:  topology{allocators: 1}, at: 3 * time.Second, lasting: 3 * time.Second,
+			begin:  func(e *env) { e.redis.Kill() },
+			end:    func(e *env) { e.redis.Restart(e.t) },
+			outage: true,
+		},
+		{
+			name: "Redis FLUSHALL", short: true,
+			top: topology{allocators: 1}, at: 4 * time.Second,
+			begin: flushAll,
+		},
+		{
+			name: "Redis SIGSTOP 5 s",
+			top:  topology{allocators: 1}, at: 3 * time.Second, lasting: 5 * time.Second,
+			begin:  func(e *env) { e.redis.Pause(e.t) },
+			end:    func(e *env) { e.redis.Resume() },
+			outage: true,
+		},
+		{
+			name: "slow store: +50 ms round trip to Redis for 5 s",
+			top:  topology{allocators: 1, slowStore: true}, at: 3 * time.Second, lasting: 5 * time.Second,
+			begin: func(e *env) { e.storeProxy.SetRoundTrip(50 * time.Millisecond) },
+			end:   func(e *env) { e.storeProxy.SetRoundTrip(0) },
+		},
+		{
+			name: "node clocks stepped ±30 s (4 ahead, 4 behind), back 5 s later", short: true,
+			top: topology{allocators: 1}, at: 3 * time.Second, lasting: 5 * time.Second,
+			begin:    func(e *env) { stepNodes(e, 30*time.Second) },
+			end:      func(e *env) { stepNodes(e, -30*time.Second) },
+			onLeases: true,
+		},
+		{
+			name: "store clock stepped back 30 s (memory store, token bucket)",
+			top:  topology{}, at: 4 * time.Second,
+			begin:    func(e *env) { e.storeClock.Step(-30 * time.Second) },
+			onLeases: true,
+		},
+		{
+			name: "store clock stepped back 1.5 s, across a window boundary (memory store, fixed window)",
+			top:  topology{window: true}, at: 4 * time.Second,
+			begin: func(e *env) { e.storeClock.Step(-1500 * time.Millisecond) },
+			check: checkWindows,
+		},
+		{
+			name: "node 0 cut off by its proxy for 5 s (traffic dropped)",
+			top:  topology{allocators: 1, proxied: true}, at: 3 * time.Second, lasting: 5 * time.Second,
+			begin: func(e *env) { e.proxies[0].Cut(true) },
+			end:   func(e *env) { e.proxies[0].Cut(false) },
+			check: checkCutNode,
+		},
+		churn(),
+		lostReplies(),
+	}
+}
+
+func flushAll(e *env) {
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	defer rdb.Close()
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		e.t.Fatalf("FLUSHALL: %v", err)
+	}
+}
+
+// stepNodes steps half the nodes' wall clocks by d and the other half's
+// by -d.
+func stepNodes(e *env, d time.Duration) {
+	for i, c := range e.clocks {
+		if i < len(e.clocks)/2 {
+			c.Step(d)
+		} else {
+			c.Step(-d)
+		}
+	}
+}
+
+// churn replaces a node every second while the fault lasts.
+func churn() *scenario {
+	stop, done := make(chan struct{}), make(chan struct{})
+	replaced := 0
+	return &scenario{
+		name: "node churn: a node replaced every second for 6 s", short: true,
+		top: topology{allocators: 1}, at: 3 * time.Second, lasting: 6 * time.Second,
+		begin: func(e *env) {
+			go func() {
+				defer close(done)
+				tick := time.NewTicker(time.Second)
+				defer tick.Stop()
+				for i := 0; ; i++ {
+					if err := e.replace(i % nodes); err != nil {
+						e.t.Errorf("replacing node %d: %v", i%nodes, err)
+					}
+					replaced++
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+		},
+		end: func(e *env) { close(stop); <-done },
+		check: func(t *testing.T, e *env, m *measure) string {
+			return fmt.Sprintf("%d nodes replaced", replaced)
+		},
+	}
+}
+
+// lostReplies loses one Acquire reply in three while the fault lasts.
+func lostReplies() *scenario {
+	return &scenario{
+		name: "lost Acquire replies: 1 in 3 for 5 s", short: true,
+		top: topology{allocators: 1, lossEvery: 3}, at: 3 * time.Second, lasting: 5 * time.Second,
+		begin: func(e *env) { e.loss.on.Store(true) },
+		end:   func(e *env) { e.loss.on.Store(false) },
+		check: func(t *testing.T, e *env, m *measure) string {
+			lost, resent := e.loss.lost.Load(), e.loss.resends()
+			if lost == 0 || resent == 0 {
+				t.Errorf("%d replies lost, %d requests sent again with their sequence number: the fault did not happen", lost, resent)
+			}
+			return fmt.Sprintf("%d replies lost, %d requests sent again with their seq", lost, resent)
+		},
+	}
+}
+
+// checkWindows: no window of the store admits more than its limit on
+// leases, the step back notwithstanding.
+func checkWindows(t *testing.T, e *env, m *measure) string {
+	win, leased, fb := m.window.fullest()
+	if leased > m.open.Limit {
+		t.Errorf("window %d admitted %d on leases (and %d in fallback), limit %d: a window reopened", win, leased, fb, m.open.Limit)
+	}
+	return fmt.Sprintf("fullest window %d on leases (limit %d)", leased, m.open.Limit)
+}
+
+// checkCutNode: the node cut off lives on what it held, then on its
+// fallback share, burst/N and rate/N (guarantee 4).
+func checkCutNode(t *testing.T, e *env, m *measure) string {
+	r := m.open
+	burst, rate, ttl := float64(r.Capacity()), r.Rate(), r.Lease.TTL.Seconds()
+	cut := m.faultEnd.Sub(m.faultStart).Seconds()
+	got := m.nodeBetween(0, m.faultStart, m.faultEnd)
+	// What it held when cut (at most its part of a burst, and its share
+	// for a TTL), then its fallback share.
+	bound := 2*burst/nodes + rate/nodes*(cut+ttl)
+	if float64(got) > bound {
+		t.Errorf("the cut-off node admitted %d in %.1fs, above 2·burst/N + rate/N·(cut + ttl) = %.0f", got, cut, bound)
+	}
+	return fmt.Sprintf("cut node admitted %d in %.1f s (≤ %.0f: 2·burst/N + rate/N·(cut+ttl))", got, cut, bound)
+}
+
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs: a minute in short form, a few in full (make chaos)")
+	}
+	full := os.Getenv("CHAOS") == "full"
+	scale := shortScale
+	if full {
+		scale = 1
+	}
+	var rows []row
+	for _, sc := range scenarios() {
+		if !full && !sc.short {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			rows = append(rows, runScenario(t, sc, scale))
+		})
+	}
+	if out := os.Getenv("CHAOS_TABLE"); out != "" {
+		if err := writeTable(out, rows, scale); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func scaled(d time.Duration, scale float64) time.Duration {
+	return time.Duration(float64(d) * scale)
+}
+
+// runScenario runs one scenario, checks it and returns its row.
+func runScenario(t *testing.T, sc *scenario, scale float64) row {
+	before := goleak.IgnoreCurrent()
+	e := newEnv(t, sc.top)
+	open, _ := e.rules.Get(openRule)
+	m := newMeasure(open, scaled(runLength, scale), nodes)
+	if sc.top.window {
+		m.window = newWindowCount(open.Period, e.storeClock.Now)
+	}
+	at, lasting := scaled(sc.at, scale), scaled(sc.lasting, scale)
+	e.drive(m, func() {
+		sleepUntil(m.start.Add(at))
+		m.faultStart = time.Now()
+		sc.begin(e)
+		if lasting > 0 {
+			sleepUntil(m.start.Add(at + lasting))
+		}
+		if sc.end != nil {
+			sc.end(e)
+		}
+		m.faultEnd = time.Now()
+	})
+	e.close()
+	r := row{name: sc.name, leaked: leaks(before)}
+	if sc.excess != nil {
+		r.extra, r.why = sc.excess(e)
+	}
+	r.b = m.bounds(r.extra)
+	r.back = m.backOnLeases()
+	r.fallback = m.fallbacks()
+	r.closedAdmitted, r.closedDenied = m.closedAllowed[client.ModeFallback].Load(), m.closedDenied[client.ModeFallback].Load()
+	r.errors = m.errors.Load()
+	if sc.check != nil {
+		r.notes = sc.check(t, e, m)
+	}
+	r.check(t, sc, m)
+	r.failed = t.Failed()
+	t.Log(r.line())
+	return r
+}
+
+func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
+
+// leaks counts the goroutines started since before that are still there
+// a few seconds after everything was closed.
+func leaks(before goleak.Option) int {
+	var err error
+	for range 5 {
+		if err = goleak.Find(before); err == nil {
+			return 0
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return strings.Count(err.Error(), "Goroutine ")
+}
