@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +83,10 @@ func offer(ctx context.Context, rate float64, decide func()) {
 // decideOpen makes one decision on the open rule through node i's slot.
 func (m *measure) decideOpen(s *slot, node int) {
 	at := time.Now()
+	var win int64
+	if m.window != nil {
+		win = m.window.at()
+	}
 	m.offered.Add(1)
 	d, err := s.allow(m.open.Name)
 	if m.failed(err) {
@@ -98,7 +105,7 @@ func (m *measure) decideOpen(s *slot, node int) {
 		m.perNode[node][b].Add(1)
 	}
 	if m.window != nil {
-		m.window.count(d.Mode)
+		m.window.count(d.Mode, win, m.window.at())
 	}
 }
 
@@ -213,49 +220,82 @@ func (m *measure) backOnLeases() time.Duration {
 			return max(m.start.Add(time.Duration(b)*binWidth).Sub(m.faultEnd), 0)
 		}
 	}
-	return -1
+	return never
 }
 
 // windowCount attributes a window rule's admissions to the store's
 // windows: the store's clock at the decision, its window never going back
 // (a window does not reopen when the store's clock steps back: the store
-// stays in its newest window until the clock is past it).
+// stays in its newest window until the clock is past it). A decision
+// whose window changed while it was made is counted as unsure: it may
+// belong to either.
 type windowCount struct {
 	period time.Duration
 	now    func() time.Time // the store's clock
 
 	mu     sync.Mutex
 	newest int64
-	lease  map[int64]int64 // admitted on leases
+	lease  map[int64]int64 // admitted on leases, surely in the window
 	other  map[int64]int64 // admitted in fallback: debited, may pass the limit
+	unsure map[int64]int64 // admitted on a window's edge
 }
 
 func newWindowCount(period time.Duration, now func() time.Time) *windowCount {
-	return &windowCount{period: period, now: now, newest: math.MinInt64, lease: make(map[int64]int64), other: make(map[int64]int64)}
+	return &windowCount{period: period, now: now, newest: math.MinInt64,
+		lease: make(map[int64]int64), other: make(map[int64]int64), unsure: make(map[int64]int64)}
 }
 
-func (w *windowCount) count(mode client.Mode) {
+// at is the store's window now.
+func (w *windowCount) at() int64 {
 	at := w.now().UnixMicro() / w.period.Microseconds()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.newest = max(w.newest, at)
-	if mode == client.ModeLease {
-		w.lease[w.newest]++
-	} else {
-		w.other[w.newest]++
+	return w.newest
+}
+
+// count counts an admission made between windows from and to.
+func (w *windowCount) count(mode client.Mode, from, to int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case from != to:
+		w.unsure[from]++
+		w.unsure[to]++
+	case mode == client.ModeLease:
+		w.lease[from]++
+	default:
+		w.other[from]++
 	}
 }
 
-// fullest is the window that admitted most on leases, and how many.
-func (w *windowCount) fullest() (window, leased, fallback int64) {
+// fullest is the window that admitted most, surely, and what it admitted
+// on leases, in fallback, and maybe on its edges.
+func (w *windowCount) fullest() (window, leased, fallback, unsure int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for win, n := range w.lease {
-		if n > leased {
-			window, leased, fallback = win, n, w.other[win]
+		if n+w.other[win] > leased+fallback {
+			window, leased, fallback, unsure = win, n, w.other[win], w.unsure[win]
 		}
 	}
-	return window, leased, fallback
+	return window, leased, fallback, unsure
+}
+
+func (w *windowCount) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var wins []int64
+	for win := range w.lease {
+		wins = append(wins, win)
+	}
+	slices.Sort(wins)
+	var b strings.Builder
+	b.WriteString("per store window, admitted on leases + in fallback (+ on its edges):")
+	for _, win := range wins {
+		fmt.Fprintf(&b, " %d+%d(+%d)", w.lease[win], w.other[win], w.unsure[win])
+	}
+	return b.String()
 }
 
 const modeFallback = client.ModeFallback
@@ -266,4 +306,19 @@ func (m *measure) fallbackFrom(after time.Duration) (sum int64) {
 		sum += m.fallback[b].Load()
 	}
 	return sum
+}
+
+// timeline lists, per bin, what the fleet admitted and the fallback
+// decisions, for reading a run (CHAOS_LOG).
+func (m *measure) timeline() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "fault from %.1fs to %.1fs; per %v, admitted/fallback:", m.faultStart.Sub(m.start).Seconds(),
+		m.faultEnd.Sub(m.start).Seconds(), binWidth)
+	for i := range m.admitted {
+		if i%10 == 0 {
+			fmt.Fprintf(&b, "\n%3ds:", i/10)
+		}
+		fmt.Fprintf(&b, " %d/%d", m.admitted[i].Load(), m.fallback[i].Load())
+	}
+	return b.String()
 }

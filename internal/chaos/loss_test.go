@@ -31,7 +31,7 @@ type replyLoss struct {
 
 	mu      sync.Mutex
 	pending map[string]uint64 // node/rule/key -> seq of a request whose reply was lost
-	resent  int64            // requests sent again with a lost one's seq
+	resent  int64             // requests sent again with a lost one's seq
 }
 
 func newReplyLoss(every int64) *replyLoss {

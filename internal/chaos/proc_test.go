@@ -38,14 +38,15 @@ func TestMain(m *testing.M) {
 }
 
 // serveAllocator is the child's side: an allocator as cmd/allocator wires
-// it (its default store timeout, 100ms), until it is killed.
+// it, with its default store timeout (100ms), until it is killed.
 func serveAllocator(listen string) error {
 	set, err := rules.Load(os.Getenv(childRulesEnv))
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := allocator.New(allocator.Config{Listen: listen, RedisURL: os.Getenv(childRedisEnv), Rules: set, Logger: log})
+	a, err := allocator.New(allocator.Config{Listen: listen, RedisURL: os.Getenv(childRedisEnv), Rules: set,
+		StoreTimeout: 100 * time.Millisecond, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -134,6 +135,9 @@ func (p *allocProc) read(out io.Reader, ready, done chan struct{}, cmd *exec.Cmd
 			p.tail = p.tail[1:]
 		}
 		p.mu.Unlock()
+		if os.Getenv("CHAOS_LOG") != "" {
+			fmt.Fprintf(os.Stderr, "allocator %s: %s\n", p.addr, line)
+		}
 		if !signalled && strings.HasPrefix(line, childReady) {
 			signalled = true
 			close(ready)

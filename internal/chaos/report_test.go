@@ -43,8 +43,11 @@ func (r *row) check(t *testing.T, sc *scenario, m *measure) {
 	if float64(r.b.worst1s) > r.b.bound1s+r.extra {
 		t.Errorf("worst 1s window admitted %d > burst + 1.1·rate = %.0f%s", r.b.worst1s, r.b.bound1s, r.allowance())
 	}
-	if r.back < 0 {
+	switch {
+	case r.back == never:
 		t.Errorf("nodes were not back on leases for a whole second after the fault ended")
+	case r.back > maxBack:
+		t.Errorf("nodes were back on leases %v after the fault ended, more than %v", r.back, maxBack)
 	}
 	if sc.outage && (m.openModes[modeFallback].Load() == 0 || r.closedDenied == 0) {
 		t.Errorf("an outage without fallback decisions (%d) or refusals of the closed rule (%d): the fault did not reach the nodes",
@@ -64,9 +67,22 @@ func (r *row) allowance() string {
 	return fmt.Sprintf(" + %.0f (%s)", r.extra, r.why)
 }
 
+// maxBack is how soon after a fault nodes must be back on leases: a lease
+// call's backoff (at most 250ms) and a few round trips.
+const maxBack = 2 * time.Second
+
+// Values of row.back that are not durations.
+const (
+	never         = -1
+	notApplicable = -2 // a window rule falls back at every window's start
+)
+
 func (r *row) backString() string {
-	if r.back < 0 {
+	switch r.back {
+	case never:
 		return "never"
+	case notApplicable:
+		return "—"
 	}
 	return fmt.Sprintf("%.1f s", r.back.Seconds())
 }
