@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,8 +25,8 @@ const (
 
 // scenario is one fault under load.
 type scenario struct {
-	name  string
-	short bool // also run, shortened, by `make test`
+	name  string // {lasting} stands for the fault's length
+	short bool   // also run, shortened, by `make test`
 	top   topology
 	// The fault begins at at and ends lasting later, at full scale
 	// (lasting 0: a single step). end may be nil.
@@ -42,7 +43,7 @@ type scenario struct {
 	windowed bool
 	// excess is what the fault may add to the bound of every window, and
 	// why; nil: nothing, the bound of DESIGN.md as it is.
-	excess func(e *env) (float64, string)
+	excess func(e *env, m *measure) (float64, string)
 	// check asserts what else the scenario promises, and returns notes
 	// for the table.
 	check func(t *testing.T, e *env, m *measure) string
@@ -52,28 +53,28 @@ type scenario struct {
 func scenarios() []*scenario {
 	return []*scenario{
 		{
-			name: "allocator kill -9, restarted 3 s later", short: true,
+			name: "allocator kill -9, restarted {lasting} later", short: true,
 			top: topology{allocators: 1}, at: 3 * time.Second, lasting: 3 * time.Second,
 			begin:  func(e *env) { e.allocs[0].kill() },
 			end:    func(e *env) { e.allocs[0].start() },
 			outage: true,
 		},
 		{
-			name: "allocator SIGSTOP 5 s (one allocator)",
+			name: "allocator SIGSTOP for {lasting} (one allocator)",
 			top:  topology{allocators: 1}, at: 3 * time.Second, lasting: 5 * time.Second,
 			begin:  func(e *env) { e.allocs[0].signal(syscall.SIGSTOP) },
 			end:    func(e *env) { e.allocs[0].signal(syscall.SIGCONT) },
 			outage: true,
 		},
 		{
-			name: "allocator SIGSTOP 5 s (one of two)", short: true,
+			name: "allocator SIGSTOP for {lasting} (one of two)", short: true,
 			top: topology{allocators: 2}, at: 3 * time.Second, lasting: 5 * time.Second,
 			begin:    func(e *env) { e.allocs[1].signal(syscall.SIGSTOP) },
 			end:      func(e *env) { e.allocs[1].signal(syscall.SIGCONT) },
 			onLeases: true,
 		},
 		{
-			name: "Redis kill -9, restarted empty 3 s later",
+			name: "Redis kill -9, restarted empty {lasting} later",
 			top:  topology{allocators: 1}, at: 3 * time.Second, lasting: 3 * time.Second,
 			begin:  func(e *env) { e.redis.Kill() },
 			end:    func(e *env) { e.redis.Restart(e.t) },
@@ -81,28 +82,28 @@ func scenarios() []*scenario {
 		},
 		flushAll(),
 		{
-			name: "Redis SIGSTOP 5 s",
+			name: "Redis SIGSTOP for {lasting}",
 			top:  topology{allocators: 1}, at: 3 * time.Second, lasting: 5 * time.Second,
 			begin:  func(e *env) { e.redis.Pause(e.t) },
 			end:    func(e *env) { e.redis.Resume() },
 			outage: true,
 		},
 		{
-			name: "slow store: +50 ms round trip to Redis for 5 s",
+			name: "slow store: +50 ms round trip to Redis for {lasting}",
 			top:  topology{allocators: 1, slowStore: true}, at: 3 * time.Second, lasting: 5 * time.Second,
 			begin:    func(e *env) { e.storeProxy.SetRoundTrip(50 * time.Millisecond) },
 			end:      func(e *env) { e.storeProxy.SetRoundTrip(0) },
 			onLeases: true,
 		},
 		{
-			name: "slow store: +150 ms round trip to Redis (above the store timeout) for 5 s",
+			name: "slow store: +150 ms round trip to Redis (above the store timeout) for {lasting}",
 			top:  topology{allocators: 1, slowStore: true}, at: 3 * time.Second, lasting: 5 * time.Second,
 			begin:  func(e *env) { e.storeProxy.SetRoundTrip(150 * time.Millisecond) },
 			end:    func(e *env) { e.storeProxy.SetRoundTrip(0) },
 			outage: true,
 		},
 		{
-			name: "node clocks stepped ±30 s (4 ahead, 4 behind), back 5 s later", short: true,
+			name: "node clocks stepped ±30 s (4 ahead, 4 behind), back {lasting} later", short: true,
 			top: topology{allocators: 1}, at: 3 * time.Second, lasting: 5 * time.Second,
 			begin:    func(e *env) { stepNodes(e, 30*time.Second) },
 			end:      func(e *env) { stepNodes(e, -30*time.Second) },
@@ -122,11 +123,15 @@ func scenarios() []*scenario {
 			windowed: true,
 		},
 		{
-			name: "node 0 cut off by its proxy for 5 s (traffic dropped)",
+			name: "node 0 cut off by its proxy for {lasting} (traffic dropped)",
 			top:  topology{allocators: 1, proxied: true}, at: 3 * time.Second, lasting: 5 * time.Second,
 			begin: func(e *env) { e.proxies[0].Cut(true) },
 			end:   func(e *env) { e.proxies[0].Cut(false) },
 			check: checkCutNode,
+			excess: func(e *env, m *measure) (float64, string) {
+				return m.open.Rate() / nodes * m.faultEnd.Sub(m.faultStart).Seconds(),
+					"rate/N·cut, the cut node's fallback share on top of the rate the others lease"
+			},
 		},
 		churn(),
 		lostReplies(),
@@ -178,7 +183,7 @@ func churn() *scenario {
 	stop, done := make(chan struct{}), make(chan struct{})
 	replaced := 0
 	return &scenario{
-		name: "node churn: a node replaced every second for 6 s", short: true,
+		name: "node churn: a node replaced every second for {lasting}", short: true,
 		top: topology{allocators: 1}, at: 3 * time.Second, lasting: 6 * time.Second,
 		begin: func(e *env) {
 			go func() {
@@ -208,7 +213,7 @@ func churn() *scenario {
 // lostReplies loses one Acquire reply in three while the fault lasts.
 func lostReplies() *scenario {
 	return &scenario{
-		name: "lost Acquire replies: 1 in 3 for 5 s", short: true,
+		name: "lost Acquire replies: 1 in 3 for {lasting}", short: true,
 		top: topology{allocators: 1, lossEvery: 3}, at: 3 * time.Second, lasting: 5 * time.Second,
 		begin: func(e *env) { e.loss.on.Store(true) },
 		end:   func(e *env) { e.loss.on.Store(false) },
@@ -237,19 +242,19 @@ func checkWindows(t *testing.T, e *env, m *measure) string {
 }
 
 // checkCutNode: the node cut off lives on what it held, then on its
-// fallback share, burst/N and rate/N (guarantee 4).
+// fallback share (guarantee 4): its lease's tokens and its share of the
+// rate until the lease ends (burst/N and rate/N·ttl when shares are even),
+// then burst/N and rate/N a second.
 func checkCutNode(t *testing.T, e *env, m *measure) string {
 	r := m.open
 	burst, rate, ttl := float64(r.Capacity()), r.Rate(), r.Lease.TTL.Seconds()
 	cut := m.faultEnd.Sub(m.faultStart).Seconds()
 	got := m.nodeBetween(0, m.faultStart, m.faultEnd)
-	// What it held when cut (at most its part of a burst, and its share
-	// for a TTL), then its fallback share.
-	bound := 2*burst/nodes + rate/nodes*(cut+ttl)
+	bound := 2*burst/nodes + rate/nodes*(ttl+cut)
 	if float64(got) > bound {
-		t.Errorf("the cut-off node admitted %d in %.1fs, above 2·burst/N + rate/N·(cut + ttl) = %.0f", got, cut, bound)
+		t.Errorf("the cut-off node admitted %d in %.1fs, above 2·burst/N + rate/N·(ttl + cut) = %.0f", got, cut, bound)
 	}
-	return fmt.Sprintf("cut node admitted %d in %.1f s (≤ %.0f: 2·burst/N + rate/N·(cut+ttl))", got, cut, bound)
+	return fmt.Sprintf("cut node admitted %d in %.1f s (≤ %.0f: 2·burst/N + rate/N·(ttl + cut))", got, cut, bound)
 }
 
 func TestChaos(t *testing.T) {
@@ -266,6 +271,7 @@ func TestChaos(t *testing.T) {
 		if !full && !sc.short {
 			continue
 		}
+		sc.name = strings.ReplaceAll(sc.name, "{lasting}", seconds(scaled(sc.lasting, scale)))
 		t.Run(sc.name, func(t *testing.T) {
 			rows = append(rows, runScenario(t, sc, scale))
 		})
@@ -306,7 +312,7 @@ func runScenario(t *testing.T, sc *scenario, scale float64) row {
 	e.close()
 	r := row{name: sc.name, leaked: leaks(before)}
 	if sc.excess != nil {
-		r.extra, r.why = sc.excess(e)
+		r.extra, r.why = sc.excess(e, m)
 	}
 	r.b = m.bounds(r.extra)
 	r.back = m.backOnLeases()
@@ -329,6 +335,10 @@ func runScenario(t *testing.T, sc *scenario, scale float64) row {
 	}
 	t.Log(r.line())
 	return r
+}
+
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
 }
 
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }

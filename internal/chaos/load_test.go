@@ -186,21 +186,34 @@ type bounds struct {
 	worstSpan  time.Duration
 	worst1s    int64
 	bound1s    float64 // burst + 1.1·rate
+	// over is the most any window of 1s or more admitted above its bound
+	// and the fault's allowance (≤ 0: every window kept it), and overSpan
+	// that window's length.
+	over     float64
+	overSpan time.Duration
 }
 
-// boundsFor measures the run. extra is what the scenario's fault may add
-// to every window's bound (0 for none).
+// bounds measures the run. extra is what the scenario's fault may add to
+// every window's bound (0 for none); the ratios are to DESIGN's bounds
+// without it.
 func (m *measure) bounds(extra float64) bounds {
 	r := m.open
 	burst, rate, ttl := float64(r.Capacity()), r.Rate(), r.Lease.TTL.Seconds()
 	per := int(time.Second / binWidth)
 	T := float64(len(m.admitted)) * binWidth.Seconds()
 	b := bounds{admitted: m.total(), ideal: burst + rate*T, whole: burst + rate*(T+ttl),
-		worst1s: m.worst(per), bound1s: burst + 1.1*rate}
+		worst1s: m.worst(per), bound1s: burst + 1.1*rate, over: math.Inf(-1)}
+	if over := float64(b.worst1s) - b.bound1s - extra; over > b.over {
+		b.over, b.overSpan = over, time.Second
+	}
 	for width := per; width <= len(m.admitted); width++ {
-		span := float64(width) * binWidth.Seconds()
-		if ratio := float64(m.worst(width)) / (burst + rate*(span+ttl) + extra); ratio > b.worstRatio {
-			b.worstRatio, b.worstSpan = ratio, time.Duration(width)*binWidth
+		span := time.Duration(width) * binWidth
+		worst, bound := float64(m.worst(width)), burst+rate*(span.Seconds()+ttl)
+		if ratio := worst / bound; ratio > b.worstRatio {
+			b.worstRatio, b.worstSpan = ratio, span
+		}
+		if over := worst - bound - extra; over > b.over {
+			b.over, b.overSpan = over, span
 		}
 	}
 	return b

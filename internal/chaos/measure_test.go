@@ -25,25 +25,25 @@ func TestMeasureFindsOverAdmission(t *testing.T) {
 		return m
 	}
 	// 2000/s exactly, burst 200, ttl 1s: within every bound.
-	if b := fill(200).bounds(0); b.worstRatio > 1 || float64(b.worst1s) > b.bound1s {
-		t.Errorf("the rate itself: worst ratio %.3f, worst 1s %d of %.0f", b.worstRatio, b.worst1s, b.bound1s)
+	if b := fill(200).bounds(0); b.over > 0 || b.worstRatio > 1 {
+		t.Errorf("the rate itself: %.0f over, worst ratio %.3f, worst 1s %d of %.0f", b.over, b.worstRatio, b.worst1s, b.bound1s)
 	}
 	// A second of 2600 breaks the 1s bound, burst + 1.1·rate = 2400.
 	m := fill(200)
 	for i := 10; i < 20; i++ {
 		m.admitted[i].Store(260)
 	}
-	if b := m.bounds(0); float64(b.worst1s) <= b.bound1s {
-		t.Errorf("a second of 2600 passes the 1s bound of %.0f", b.bound1s)
+	if b := m.bounds(0); b.over != 200 || b.overSpan != time.Second {
+		t.Errorf("a second of 2600 is %.0f over in a %v window, want 200 over the 1s bound of %.0f", b.over, b.overSpan, b.bound1s)
 	}
 	// 2.5 times the rate for the whole run breaks the long bound, and an
 	// allowance as large as the excess makes up for it.
 	b := fill(500).bounds(0)
-	if b.worstRatio <= 1 {
-		t.Errorf("5000/s for 4s passes burst + rate·(T + ttl): ratio %.3f", b.worstRatio)
+	if b.over <= 0 || b.worstRatio <= 1 {
+		t.Errorf("5000/s for 4s passes burst + rate·(T + ttl): %.0f over, ratio %.3f", b.over, b.worstRatio)
 	}
-	if b := fill(500).bounds(20000); b.worstRatio > 1 {
-		t.Errorf("an allowance of 20000 still fails: ratio %.3f", b.worstRatio)
+	if b := fill(500).bounds(20000); b.over > 0 || b.worstRatio <= 1 {
+		t.Errorf("an allowance of 20000: %.0f over, ratio %.3f; want within the allowance, above the bound", b.over, b.worstRatio)
 	}
 }
 
