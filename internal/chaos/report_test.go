@@ -111,9 +111,9 @@ func prefixed(p, s string) string {
 func writeTable(path string, rows []row, scale float64) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Chaos suite, %s (`make chaos`, %s, %d cores): 8 nodes, one key under a token bucket of 2000/s, burst 200, "+
-		"lease ttl 1 s, `failure: open`, offered twice its rate, and a `failure: closed` twin offered 200/s; runs of %v, "+
+		"lease ttl 1 s, `failure: open`, offered twice its rate, and a `failure: closed` twin offered 200/s; runs of %s, "+
 		"a real Redis and allocator processes (the store-clock scenarios: one allocator in the test's process on the memory store).\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), runtime.NumCPU(), scaled(runLength, scale))
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), runtime.NumCPU(), seconds(scaled(runLength, scale)))
 	b.WriteString("| scenario | admitted / ideal | whole run / bound | worst window ≥ 1 s / bound | worst 1 s / (burst + 1.1·rate) | " +
 		"back on leases | fallback decisions | closed rule without allocator: admitted / denied | errors | leaked goroutines | notes |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
