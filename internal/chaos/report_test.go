@@ -21,6 +21,7 @@ type row struct {
 	closedAdmitted, closedDenied int64
 	errors                       int64
 	leaked                       int
+	leakedList                   string
 	notes                        string
 	failed                       bool
 }
@@ -32,7 +33,7 @@ func (r *row) check(t *testing.T, sc *scenario, m *measure) {
 		t.Errorf("callers saw %d errors, the first: %v", r.errors, m.firstErr.Load())
 	}
 	if r.leaked > 0 {
-		t.Errorf("%d goroutines leaked (listed on stderr)", r.leaked)
+		t.Errorf("%d goroutines leaked: %s", r.leaked, r.leakedList)
 	}
 	if r.closedAdmitted > 0 {
 		t.Errorf("the failure: closed rule admitted %d without the allocator", r.closedAdmitted)
