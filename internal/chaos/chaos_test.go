@@ -63,13 +63,7 @@ func scenarios() []*scenario {
 			end:    func(e *env) { e.allocs[0].signal(syscall.SIGCONT) },
 			outage: true,
 		},
-		{
-			name: "allocator SIGSTOP for {lasting} (one of two)", short: true,
-			top: topology{allocators: 2}, at: 3 * time.Second, lasting: 5 * time.Second,
-			begin:    func(e *env) { e.allocs[1].signal(syscall.SIGSTOP) },
-			end:      func(e *env) { e.allocs[1].signal(syscall.SIGCONT) },
-			onLeases: true,
-		},
+		stopOneOfTwo(),
 		{
 			name: "Redis kill -9, restarted empty {lasting} later",
 			top:  topology{allocators: 1}, at: 3 * time.Second, lasting: 3 * time.Second,
@@ -85,20 +79,8 @@ func scenarios() []*scenario {
 			end:    func(e *env) { e.redis.Resume() },
 			outage: true,
 		},
-		{
-			name: "slow store: +50 ms round trip to Redis for {lasting}",
-			top:  topology{allocators: 1, slowStore: true}, at: 3 * time.Second, lasting: 5 * time.Second,
-			begin:    func(e *env) { e.storeProxy.SetRoundTrip(50 * time.Millisecond) },
-			end:      func(e *env) { e.storeProxy.SetRoundTrip(0) },
-			onLeases: true,
-		},
-		{
-			name: "slow store: +150 ms round trip to Redis (above the store timeout) for {lasting}",
-			top:  topology{allocators: 1, slowStore: true}, at: 3 * time.Second, lasting: 5 * time.Second,
-			begin:  func(e *env) { e.storeProxy.SetRoundTrip(150 * time.Millisecond) },
-			end:    func(e *env) { e.storeProxy.SetRoundTrip(0) },
-			outage: true,
-		},
+		slowStore(50*time.Millisecond, false),
+		slowStore(150*time.Millisecond, true),
 		{
 			name: "node clocks stepped ±30 s (4 ahead, 4 behind), back {lasting} later", short: true,
 			top: topology{allocators: 1}, at: 3 * time.Second, lasting: 5 * time.Second,
@@ -171,6 +153,59 @@ func stepNodes(e *env, d time.Duration) {
 		} else {
 			c.Step(-d)
 		}
+	}
+}
+
+// slowStore puts a delay between the allocator and Redis: below the
+// allocator's store timeout (100ms) the nodes must not notice but for
+// longer round trips; above it, the allocator is down for them.
+func slowStore(roundTrip time.Duration, outage bool) *scenario {
+	var during time.Duration
+	name := fmt.Sprintf("slow store: +%d ms round trip to Redis for {lasting}", roundTrip.Milliseconds())
+	if outage {
+		name = fmt.Sprintf("slow store: +%d ms round trip to Redis (above the store timeout) for {lasting}", roundTrip.Milliseconds())
+	}
+	return &scenario{
+		name: name,
+		top:  topology{allocators: 1, slowStore: true}, at: 3 * time.Second, lasting: 5 * time.Second,
+		begin: func(e *env) { e.storeProxy.SetRoundTrip(roundTrip) },
+		end: func(e *env) {
+			during = e.roundTrip()
+			e.storeProxy.SetRoundTrip(0)
+		},
+		outage:   outage,
+		onLeases: !outage,
+		check: func(t *testing.T, e *env, m *measure) string {
+			if !outage && during < roundTrip {
+				t.Errorf("the nodes' Acquire round trip was %v at the fault's end: the store was not %v away", during, roundTrip)
+			}
+			if outage {
+				return ""
+			}
+			return fmt.Sprintf("Acquire round trip %v", during.Round(time.Millisecond))
+		},
+	}
+}
+
+// stopOneOfTwo stops one of two allocators: the nodes must eject it and
+// stay on leases with the other.
+func stopOneOfTwo() *scenario {
+	var ejections float64
+	return &scenario{
+		name: "allocator SIGSTOP for {lasting} (one of two)", short: true,
+		top: topology{allocators: 2}, at: 3 * time.Second, lasting: 5 * time.Second,
+		begin: func(e *env) { e.allocs[1].signal(syscall.SIGSTOP) },
+		end: func(e *env) {
+			ejections = e.ejections(e.allocs[1].addr) // before the nodes close and take their metrics along
+			e.allocs[1].signal(syscall.SIGCONT)
+		},
+		onLeases: true,
+		check: func(t *testing.T, e *env, m *measure) string {
+			if ejections < nodes {
+				t.Errorf("the stopped allocator was ejected %.0f times, want at least once per node (%d)", ejections, nodes)
+			}
+			return fmt.Sprintf("the stopped allocator ejected %.0f times", ejections)
+		},
 	}
 }
 

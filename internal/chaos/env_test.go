@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 
 	"github.com/allot-dev/allot/client"
@@ -85,6 +86,7 @@ type env struct {
 type slot struct {
 	mu  sync.RWMutex
 	c   *client.Client
+	reg *prometheus.Registry // the node's metrics
 	gen int
 }
 
@@ -166,8 +168,8 @@ func newEnv(t *testing.T, top topology) *env {
 		wg.Add(1)
 		go func() { // New waits for the rules: start the nodes together
 			defer wg.Done()
-			e.slots[i] = &slot{}
-			e.slots[i].c, errs[i] = e.newNode(i, 0, dial)
+			e.slots[i] = &slot{reg: prometheus.NewRegistry()}
+			e.slots[i].c, errs[i] = e.newNode(i, 0, dial, e.slots[i].reg)
 		}()
 	}
 	wg.Wait()
@@ -180,7 +182,7 @@ func newEnv(t *testing.T, top topology) *env {
 }
 
 // newNode starts the node of generation gen in slot i.
-func (e *env) newNode(i, gen int, allocators []string) (*client.Client, error) {
+func (e *env) newNode(i, gen int, allocators []string, reg *prometheus.Registry) (*client.Client, error) {
 	var dial []grpc.DialOption
 	if e.loss != nil {
 		dial = append(dial, e.loss.dialOption())
@@ -189,7 +191,7 @@ func (e *env) newNode(i, gen int, allocators []string) (*client.Client, error) {
 	if gen > 0 {
 		id = fmt.Sprintf("node-%d.%d", i, gen)
 	}
-	return client.New(client.Config{Allocators: allocators, NodeID: id, Nodes: nodes, Registerer: prometheus.NewRegistry(),
+	return client.New(client.Config{Allocators: allocators, NodeID: id, Nodes: nodes, Registerer: reg,
 		Logger: logger(), Clock: e.clocks[i], DialOptions: dial, StartTimeout: 5 * time.Second})
 }
 
@@ -212,13 +214,14 @@ func (e *env) allocatorAddrs(i int) []string {
 // in its place, as a deploy or an autoscaler does.
 func (e *env) replace(i int) error {
 	s := e.slots[i]
-	c, err := e.newNode(i, s.gen+1, e.allocatorAddrs(i))
+	reg := prometheus.NewRegistry()
+	c, err := e.newNode(i, s.gen+1, e.allocatorAddrs(i), reg)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	old := s.c
-	s.c = c
+	s.c, s.reg = c, reg
 	s.gen++
 	s.mu.Unlock()
 	return old.Close()
@@ -295,4 +298,45 @@ func (e *env) drive(m *measure, timeline func()) {
 	sleepUntil(m.start.Add(m.length))
 	cancel()
 	wg.Wait()
+}
+
+// ejections is how many times the nodes ejected the allocator at addr.
+func (e *env) ejections(addr string) (sum float64) {
+	e.metric("allot_client_allocator_ejections_total", func(m *dto.Metric) {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "allocator" && l.GetValue() == addr {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	})
+	return sum
+}
+
+// roundTrip is the longest Acquire round trip a node measures.
+func (e *env) roundTrip() (longest time.Duration) {
+	e.metric("allot_client_allocator_round_trip_seconds", func(m *dto.Metric) {
+		longest = max(longest, time.Duration(m.GetGauge().GetValue()*float64(time.Second)))
+	})
+	return longest
+}
+
+// metric calls f with every node's samples of the named metric. A node
+// takes its metrics along when it closes: read them before.
+func (e *env) metric(name string, f func(*dto.Metric)) {
+	for _, s := range e.slots {
+		s.mu.RLock()
+		families, err := s.reg.Gather()
+		s.mu.RUnlock()
+		if err != nil {
+			e.t.Errorf("node metrics: %v", err)
+			return
+		}
+		for _, fam := range families {
+			if fam.GetName() == name {
+				for _, m := range fam.GetMetric() {
+					f(m)
+				}
+			}
+		}
+	}
 }
