@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 
 	"github.com/allot-dev/allot/client"
@@ -302,11 +301,9 @@ func (e *env) drive(m *measure, timeline func()) {
 
 // ejections is how many times the nodes ejected the allocator at addr.
 func (e *env) ejections(addr string) (sum float64) {
-	e.metric("allot_client_allocator_ejections_total", func(m *dto.Metric) {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "allocator" && l.GetValue() == addr {
-				sum += m.GetCounter().GetValue()
-			}
+	e.metric("allot_client_allocator_ejections_total", func(labels map[string]string, v float64) {
+		if labels["allocator"] == addr {
+			sum += v
 		}
 	})
 	return sum
@@ -314,15 +311,16 @@ func (e *env) ejections(addr string) (sum float64) {
 
 // roundTrip is the longest Acquire round trip a node measures.
 func (e *env) roundTrip() (longest time.Duration) {
-	e.metric("allot_client_allocator_round_trip_seconds", func(m *dto.Metric) {
-		longest = max(longest, time.Duration(m.GetGauge().GetValue()*float64(time.Second)))
+	e.metric("allot_client_allocator_round_trip_seconds", func(_ map[string]string, v float64) {
+		longest = max(longest, time.Duration(v*float64(time.Second)))
 	})
 	return longest
 }
 
-// metric calls f with every node's samples of the named metric. A node
-// takes its metrics along when it closes: read them before.
-func (e *env) metric(name string, f func(*dto.Metric)) {
+// metric calls f with the labels and value of every node's samples of
+// the named counter or gauge. A node takes its metrics along when it
+// closes: read them before.
+func (e *env) metric(name string, f func(labels map[string]string, v float64)) {
 	for _, s := range e.slots {
 		s.mu.RLock()
 		families, err := s.reg.Gather()
@@ -332,10 +330,15 @@ func (e *env) metric(name string, f func(*dto.Metric)) {
 			return
 		}
 		for _, fam := range families {
-			if fam.GetName() == name {
-				for _, m := range fam.GetMetric() {
-					f(m)
+			if fam.GetName() != name {
+				continue
+			}
+			for _, m := range fam.GetMetric() {
+				labels := make(map[string]string)
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
 				}
+				f(labels, m.GetCounter().GetValue()+m.GetGauge().GetValue())
 			}
 		}
 	}
