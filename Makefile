@@ -6,11 +6,11 @@ TESTFLAGS ?= -race -timeout 9m
 .PHONY: test chaos bench lint generate tools
 
 # The fleet and chaos tests measure what a fleet of nodes admits under load;
-# they run on their own, after the others and without the race detector,
-# whose slowdown would be what they measure. `make test` runs the chaos
-# suite's short version (about 40 s).
+# they run on their own, after the others, one package at a time and without
+# the race detector, whose slowdown (or each other's load) would be what they
+# measure. `make test` runs the chaos suite's short version (about 40 s).
 FLEET_PKGS ?= ./internal/fleet/... ./internal/chaos/...
-FLEETFLAGS ?= -timeout 9m
+FLEETFLAGS ?= -timeout 9m -p 1
 
 ## test: every test against a throwaway redis-server: the race detector on,
 ## then the fleet and chaos tests.
