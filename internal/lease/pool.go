@@ -84,6 +84,7 @@ type managerState struct {
 	epoch        int64
 	inFlight     *flight
 	solo         bool // asks in a batch of its own after a rejected batch
+	renewed      bool // has sent more than its first request
 	lastSent     time.Time
 	seq          uint64    // the sequence number of the key's last request
 	unacked      *flight   // a request that failed, to be sent again as it was

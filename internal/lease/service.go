@@ -6,14 +6,21 @@ import (
 )
 
 // tick runs every sweep while some keys hold a share of a rate: their
-// shares earn, their rates are sampled, and those gone quiet give their
-// shares back. No other key costs the tick anything.
+// shares earn, their rates are sampled, those gone quiet give their shares
+// back to the key's other holders, and those idle with no other holder
+// leave. No other key costs the tick anything.
 func (m *Manager) tick(now time.Time) {
 	for p := range m.sharing {
 		m.accrue(p, now)
 		m.expire(p, now)
 		m.taken(p, m.sample(p, now))
 		m.giveBack(p, now)
+		if p.Holders() <= 1 && m.idle(p, now) {
+			// Its only holder, idle: it leaves, and the Release of what its
+			// lease holds ends its share in the allocator too.
+			m.leaveSoon(p)
+			continue
+		}
 		if p.own.share <= 0 { // it ended: back to its own deadlines
 			delete(m.sharing, p)
 			m.arm(p, now)
@@ -174,12 +181,15 @@ func (m *Manager) sample(p *Pool, now time.Time) int64 {
 	return took
 }
 
-// giveBack sends at once the renewal of a share whose key has gone quiet:
-// it asks for no rate, so the share goes back to the key's other holders
-// within a few sweeps instead of at the next renewal.
+// giveBack sends at once the renewal of a share whose key has gone quiet
+// while other nodes hold it: it asks for no rate, so the share goes back to
+// them within a few sweeps instead of at the lease's end.
 func (m *Manager) giveBack(p *Pool, now time.Time) {
 	o := &p.own
 	if o.share <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.Rule(), now) {
+		return
+	}
+	if p.Holders() <= 1 { // nobody to give it to: it lapses with its lease (lapse)
 		return
 	}
 	o.givingBack = true
