@@ -182,7 +182,7 @@ type Manager struct {
 	stop    chan struct{}
 	done    chan struct{}
 	rpcs    sync.WaitGroup
-	calls   atomic.Int32 // RPCs in flight
+	calls   atomic.Int32 // Releases in flight and Acquires whose answer is not yet applied
 	// acquiring counts Acquire calls in flight; the loop's.
 	acquiring int
 	keys      atomic.Int64 // pools held, over all tables
@@ -363,6 +363,14 @@ func (m *Manager) loop() {
 		}
 		now := m.now()
 		m.turn(now)
+		// A waiting test is told only once nothing is due at now: a turn
+		// can leave work for this same instant (a key it scheduled now).
+		for i := 0; synced != nil && i < 4; i++ {
+			if wake, ok := m.nextWake(); !ok || wake.After(now) {
+				break
+			}
+			m.turn(now)
+		}
 		timer.Stop()
 		if wake, ok := m.nextWake(); ok {
 			timer.Reset(max(wake.Sub(now), 0))

@@ -46,6 +46,9 @@ func (m *Manager) flush(now mono) {
 		if !ok {
 			break
 		}
+		if m.lapse(p, now) {
+			continue
+		}
 		m.schedule(p, now)
 	}
 	if len(m.pending) == 0 || now.Before(m.flushAt) {
@@ -100,6 +103,30 @@ func (m *Manager) flush(now mono) {
 	}
 }
 
+// lapse lets the share of a key that is its only holder and has gone quiet
+// run out instead of renewing it, and reports whether it did: the share
+// ends with its lease, on the node and in the allocator alike. A key is
+// quiet here when nothing was asked of it since its first request left (a
+// key touched once: it costs one Acquire, and the Release of what its lease
+// still holds when it leaves, not a renewal every refresh until it is found
+// idle), or, once it has renewed, for two refresh intervals: a sparse key
+// (a few requests a second) must not lose its share, and a round trip,
+// between two of its requests. A key with other holders gives its share
+// back instead (giveBack), so that they have it sooner. The key asks again
+// when its pool runs low.
+func (m *Manager) lapse(p *Pool, now mono) bool {
+	o := &p.own
+	if o.shareRate() <= 0 || o.givingBack || o.unacked != nil || p.consumed.Load() > 0 || p.Holders() > 1 {
+		return false
+	}
+	m.taken(p, m.sample(p, now))
+	if o.askedAgain || o.renewed && now.Sub(o.lastActive) < 2*p.Rule().Lease.Refresh {
+		return false
+	}
+	p.flags.set(flagQueued, false)
+	return true
+}
+
 func (m *Manager) send(pools []*Pool, now mono) {
 	reqs := make([]Request, len(pools))
 	for i, p := range pools {
@@ -107,7 +134,9 @@ func (m *Manager) send(pools []*Pool, now mono) {
 		r := p.Rule()
 		if o.sent { // (a new key asks for its share of a refresh: init)
 			m.taken(p, m.sample(p, now)) // its demand, for the size and the rate it asks
+			o.renewed = true
 		}
+		o.askedAgain = false
 		f := m.retry(p, r, now)
 		if f == nil {
 			f = &flight{want: m.wantTokens(p), wantRate: m.wantRate(p, r, now), sent: now,
@@ -125,7 +154,6 @@ func (m *Manager) send(pools []*Pool, now mono) {
 	m.calls.Add(1)
 	go func() {
 		defer m.rpcs.Done()
-		defer m.calls.Add(-1)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := m.now()
@@ -151,6 +179,7 @@ func (m *Manager) send(pools []*Pool, now mono) {
 }
 
 func (m *Manager) apply(r result) {
+	defer m.calls.Add(-1) // once applied: a test that waits sees its effect
 	defer m.announce()
 	m.acquiring--
 	now := m.now()
@@ -215,20 +244,19 @@ func (m *Manager) failed(r result, now mono) {
 // it has demand, or admitted tokens to report. One that asked once and went
 // quiet drops its request, and with it the retries: a failed call of many
 // keys each touched once must not be sent again and again until the
-// allocator answers. What the dropped request carried is reported later
-// (at worst debited twice, never lost); what it may have been granted dies
-// with its lease in the allocator.
+// allocator answers. A request that carried admitted tokens is kept and
+// sent again as it was (applied once); one that carried none is dropped,
+// and what it may have been granted dies with its lease in the allocator.
 func (m *Manager) stillWanted(p *Pool, now mono) bool {
 	o := &p.own
 	if p.consumed.Load() > 0 || !m.quiet(p, p.Rule(), now) {
 		return true
 	}
 	if f := o.unacked; f != nil {
-		o.unacked = nil
-		p.restoreConsumed(f.consumed, f.age, f.sent)
-		if f.consumed > 0 {
+		if f.consumed > 0 { // sent again as it was, so that it is applied once
 			return true
 		}
+		o.unacked = nil
 	}
 	p.flags.set(flagQueued, false)
 	return false

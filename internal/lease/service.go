@@ -6,14 +6,21 @@ import (
 )
 
 // tick runs every sweep while some keys hold a share of a rate: their
-// shares earn, their rates are sampled, and those gone quiet give their
-// shares back. No other key costs the tick anything.
+// shares earn, their rates are sampled, those gone quiet give their shares
+// back to the key's other holders, and those idle with no other holder
+// leave. No other key costs the tick anything.
 func (m *Manager) tick(now mono) {
 	for p := range m.sharing {
 		m.accrue(p, now)
 		m.expire(p, now)
 		m.taken(p, m.sample(p, now))
 		m.giveBack(p, now)
+		if p.Holders() <= 1 && m.idle(p, now) {
+			// Its only holder, idle: it leaves, and the Release of what its
+			// lease holds ends its share in the allocator too.
+			m.leaveSoon(p)
+			continue
+		}
 		if p.own.shareRate() <= 0 { // it ended: back to its own deadlines
 			delete(m.sharing, p)
 			m.arm(p, now)
@@ -166,7 +173,7 @@ func (m *Manager) sample(p *Pool, now mono) int64 {
 	}
 	o.lastSample = now
 	if demand > 0 {
-		o.lastActive = now
+		o.lastActive, o.askedAgain = now, true
 	}
 	alpha := 1 - math.Exp(-elapsed.Seconds()/m.cfg.RateWindow.Seconds())
 	o.rate += alpha * (float64(demand)/elapsed.Seconds() - o.rate)
@@ -177,12 +184,15 @@ func (m *Manager) sample(p *Pool, now mono) int64 {
 	return took
 }
 
-// giveBack sends at once the renewal of a share whose key has gone quiet:
-// it asks for no rate, so the share goes back to the key's other holders
-// within a few sweeps instead of at the next renewal.
+// giveBack sends at once the renewal of a share whose key has gone quiet
+// while other nodes hold it: it asks for no rate, so the share goes back to
+// them within a few sweeps instead of at the lease's end.
 func (m *Manager) giveBack(p *Pool, now mono) {
 	o := &p.own
 	if o.shareRate() <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.Rule(), now) {
+		return
+	}
+	if p.Holders() <= 1 { // nobody to give it to: it lapses with its lease (lapse)
 		return
 	}
 	o.givingBack = true
