@@ -3,18 +3,31 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -timeout 9m
 
-.PHONY: test bench lint generate tools
+.PHONY: test chaos bench lint generate tools
 
-# The fleet tests measure what a fleet of nodes admits under load; they run
-# on their own, after the others and without the race detector, whose
-# slowdown would be what they measure.
-FLEET_PKGS ?= ./internal/fleet/...
-FLEETFLAGS ?= -timeout 9m
+# The fleet and chaos tests measure what a fleet of nodes admits under load;
+# they run on their own, after the others, one package at a time and without
+# the race detector, whose slowdown (or each other's load) would be what they
+# measure. `make test` runs the chaos suite's short version (about 40 s).
+FLEET_PKGS ?= ./internal/fleet/... ./internal/chaos/...
+FLEETFLAGS ?= -timeout 9m -p 1
 
 ## test: every test against a throwaway redis-server: the race detector on,
-## then the fleet tests.
+## then the fleet and chaos tests.
 test:
-	./scripts/with-redis.sh sh -c '$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v /internal/fleet) && $(GO) test $(FLEETFLAGS) $(FLEET_PKGS)'
+	./scripts/with-redis.sh sh -c '$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v -e /internal/fleet -e /internal/chaos) && $(GO) test $(FLEETFLAGS) $(FLEET_PKGS)'
+
+## chaos: the chaos suite in full (about three minutes): each fault under
+## load, one line per scenario; its table goes to $(CHAOS_TABLE) and, when
+## every scenario passed, into the README's Chaos section.
+CHAOS_TABLE ?= internal/chaos/results.md
+chaos:
+	./scripts/with-redis.sh env CHAOS=full CHAOS_TABLE=$(CURDIR)/$(CHAOS_TABLE) \
+		$(GO) test -count=1 -v -timeout 15m -run '^TestChaos$$' ./internal/chaos/
+	awk 'FNR == NR { table = table $$0 "\n"; next } \
+		/<!-- chaos:end -->/ { printf "%s", table; skip = 0 } \
+		!skip { print } \
+		/<!-- chaos:begin -->/ { skip = 1 }' $(CHAOS_TABLE) README.md > README.md.chaos && mv README.md.chaos README.md
 
 ## bench: Go benchmarks of the hot paths, beside their baselines.
 bench:

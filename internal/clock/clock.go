@@ -111,8 +111,10 @@ func (f *Fake) Advance(d time.Duration) {
 	clear(f.timers[len(kept):])
 	f.timers = kept
 	f.notifyLocked()
-	f.mu.Unlock()
+	// Sorted under the lock: a fired timer may be Reset (its when written)
+	// as soon as the lock is released.
 	slices.SortStableFunc(due, func(a, b *fakeTimer) int { return cmp.Compare(a.when, b.when) })
+	f.mu.Unlock()
 	for _, t := range due {
 		select {
 		case t.c <- now:

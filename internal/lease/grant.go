@@ -9,7 +9,7 @@ import (
 )
 
 // grant puts a lease into its pool and schedules the key's next request.
-func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
+func (m *Manager) grant(p *Pool, g Grant, now mono) {
 	f := p.own.inFlight
 	p.own.inFlight, p.own.unacked, p.own.solo, p.own.givingBack = nil, nil, false, false
 	r := p.Rule()
@@ -20,7 +20,7 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 	p.holders.Store(int32(min(g.Holders, math.MaxInt32)))
 	m.sawHolders(g.Holders)
 	p.remaining.Store(g.Remaining)
-	p.fresh.Store(true)
+	p.flags.set(flagFresh, true)
 	// The TTL runs from when the request was sent, on this node's monotonic
 	// clock, and ends a sweep early: the sweep is when tokens are removed. A
 	// lease shorter than two sweeps (a window about to end) ends at half its
@@ -31,7 +31,7 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 		m.nextSweep = expiry
 	}
 	p.own.servedUntil = f.sent.Add(g.TTL)
-	p.served.Store(true)
+	p.flags.set(flagServed, true)
 	m.accrue(p, now) // the old share, up to the answer
 	m.setShare(p, f, g, now)
 	if (g.Granted > 0 || g.Rate > 0) && expiry.After(now) {
@@ -52,14 +52,14 @@ func (m *Manager) grant(p *Pool, g Grant, now time.Time) {
 // sooner only when it fell short and the allocator expects free tokens
 // before a TTL has passed. A key without a share asks when its pool runs
 // low, or, if it fell short, after retryDelay.
-func (m *Manager) scheduleNext(p *Pool, r *rules.Rule, f *flight, g Grant, now time.Time) {
+func (m *Manager) scheduleNext(p *Pool, r *rules.Rule, f *flight, g Grant, now mono) {
 	if g.Rate > 0 {
 		next := f.sent.Add(m.renewAfter(r))
 		if g.Granted < f.want && g.RetryAfter < g.TTL {
-			next = minTime(next, now.Add(min(max(g.RetryAfter, 2*m.cfg.Sweep), fillTime(r)/2)))
+			next = min(next, now.Add(min(max(g.RetryAfter, 2*m.cfg.Sweep), fillTime(r)/2)))
 		}
-		next = maxTime(next, now)
-		p.notBefore.Store(next.UnixNano())
+		next = max(next, now)
+		p.notBefore.Store(int64(next))
 		m.delayed.push(p, next) // p stays queued
 		return
 	}
@@ -68,10 +68,10 @@ func (m *Manager) scheduleNext(p *Pool, r *rules.Rule, f *flight, g Grant, now t
 		// Jittered, the wait may pass the lease's end; the next Acquire must
 		// leave in time to keep the key served, or the key would be taken
 		// for a new one (a fallback share, a Check per request).
-		next = maxTime(minTime(now.Add(retryDelay(r, g.RetryAfter)), f.sent.Add(m.latestRenewal(r))), now)
+		next = max(min(now.Add(retryDelay(r, g.RetryAfter)), f.sent.Add(m.latestRenewal(r))), now)
 	}
-	p.notBefore.Store(next.UnixNano())
-	p.queued.Store(false)
+	p.notBefore.Store(int64(next))
+	p.flags.set(flagQueued, false)
 }
 
 // payInFlight pays, from a lease just granted, for what the key admitted
@@ -120,22 +120,23 @@ func fillTime(r *rules.Rule) time.Duration {
 
 // deposit adds tokens that die at expiry. What older leases left keeps its
 // own, earlier expiry (see carry), so no token outlives its lease.
-func (m *Manager) deposit(p *Pool, n int64, expiry time.Time) {
+func (m *Manager) deposit(p *Pool, n int64, expiry mono) {
 	if left := max(p.tokens.Load(), 0); left > 0 && !p.own.expiry.IsZero() {
 		// A carry still pending dies earlier than the current lease; all that
 		// is left now takes that earlier expiry, which is conservative.
-		if p.own.carry == 0 {
-			p.own.carryExpiry = p.own.expiry
+		b := p.own.makeBusy()
+		if b.carry == 0 {
+			b.carryExpiry = p.own.expiry
 		}
-		p.own.carry = left
-		p.own.takenAtCarry = p.taken()
+		b.carry = left
+		b.takenAtCarry = p.taken()
 	}
 	p.tokens.Add(n)
 	p.own.credited += n
 	p.own.expiry = expiry
 }
 
-func (m *Manager) init(p *Pool, now time.Time) {
+func (m *Manager) init(p *Pool, now mono) {
 	if p.own.initialized {
 		return
 	}
@@ -152,18 +153,4 @@ func (m *Manager) resize(p *Pool, r *rules.Rule, tokens float64) {
 	size := min(max(int64(math.Ceil(tokens)), r.Lease.Min), r.Lease.Max)
 	p.own.size = size
 	p.low.Store((size + 1) / 2)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

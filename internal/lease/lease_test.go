@@ -275,7 +275,8 @@ func TestRefillsShareOneAcquire(t *testing.T) {
 }
 
 func TestLeaseExpires(t *testing.T) {
-	f := newFixture(t)
+	// Tokens only: a share's renewals would extend the lease (share_test.go).
+	f := newFixtureWith(t, func(c *Config) { c.TokensOnly = true })
 	p := f.table("day").Pool("k")
 	f.step(2*time.Millisecond, time.Millisecond)
 	if p.Tokens() != 100 {
@@ -559,7 +560,15 @@ func TestRefusedCallBacksOffAsAWhole(t *testing.T) {
 	for i := range 100 {
 		pools = append(pools, tb.Pool(fmt.Sprintf("k%d", i)))
 	}
-	f.step(5*time.Second, 10*time.Millisecond)
+	busy := func() { // the keys stay in use: a key unused for long leaves
+		for _, p := range pools {
+			p.Take(1)
+		}
+	}
+	for range 50 {
+		busy()
+		f.step(100*time.Millisecond, 10*time.Millisecond)
+	}
 	calls := f.tr.calls()
 	for _, n := range calls {
 		if n != 100 {
@@ -574,6 +583,7 @@ func TestRefusedCallBacksOffAsAWhole(t *testing.T) {
 		if waited > 11*time.Second { // the longest backoff and some
 			t.Fatal("no call 11s after the allocator serves again")
 		}
+		busy()
 		f.step(10*time.Millisecond, 10*time.Millisecond)
 	}
 	for i, p := range pools {

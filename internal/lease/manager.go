@@ -182,7 +182,7 @@ type Manager struct {
 	stop    chan struct{}
 	done    chan struct{}
 	rpcs    sync.WaitGroup
-	calls   atomic.Int32 // RPCs in flight
+	calls   atomic.Int32 // Releases in flight and Acquires whose answer is not yet applied
 	// acquiring counts Acquire calls in flight; the loop's.
 	acquiring int
 	keys      atomic.Int64 // pools held, over all tables
@@ -197,7 +197,7 @@ type Manager struct {
 	// mostHolders is the most holders seen on any key in the current and
 	// the previous holdersWindow: a fleet size for nodes without gossip.
 	mostHolders, mostHoldersBefore atomic.Int32
-	holdersSince                   time.Time // start of the current window; the loop's
+	holdersSince                   mono // start of the current window; the loop's
 
 	// answered is closed, and replaced, each time the loop has applied an
 	// Acquire's answer or failure: callers waiting for a first lease.
@@ -209,18 +209,18 @@ type Manager struct {
 
 	// owned by the loop
 	pending     []*Pool
-	flushAt     time.Time
+	flushAt     mono
 	delayed     deadlines          // keys' next requests
 	timers      deadlines          // keys' next bookkeeping
 	sharing     map[*Pool]struct{} // keys holding a share: visited every sweep
 	leaving     []*Pool            // evicted in this turn
 	returns     []Return           // what evicted keys give back, for the next Release
-	lastRelease time.Time
+	lastRelease mono
 	backoff     time.Duration
-	nextAttempt time.Time
-	lastCall    time.Time     // when the last Acquire call went out
+	nextAttempt mono
+	lastCall    mono          // when the last Acquire call went out
 	refused     time.Duration // backoff after calls refused as a whole
-	nextSweep   time.Time
+	nextSweep   mono
 	version     string
 	rtt         time.Duration // average Acquire round trip
 }
@@ -240,8 +240,8 @@ func NewManager(cfg Config) *Manager {
 		cfg: cfg, clk: cfg.Clock,
 		inbox:   newInbox(),
 		results: make(chan result, 64),
-		delayed: deadlines{seq: func(p *Pool) *uint64 { return &p.own.delaySeq }},
-		timers:  deadlines{seq: func(p *Pool) *uint64 { return &p.own.timerSeq }},
+		delayed: deadlines{seq: func(p *Pool) *uint32 { return &p.own.delaySeq }},
+		timers:  deadlines{seq: func(p *Pool) *uint32 { return &p.own.timerSeq }},
 		sharing: make(map[*Pool]struct{}),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -289,9 +289,7 @@ func (m *Manager) Forget(name string) {
 // Leases, refills, retries and debts are all measured on it, so that a
 // step of the wall clock moves none of them. It is never compared with the
 // wall clock.
-func (m *Manager) now() time.Time { return monoEpoch.Add(m.clk.Mono()) }
-
-var monoEpoch = time.Unix(0, 0)
+func (m *Manager) now() mono { return monoAt(m.clk.Mono()) }
 
 // holdersWindow is how long a count of holders stands for the fleet's size:
 // a fleet that shrinks is believed after one to two windows.
@@ -365,6 +363,14 @@ func (m *Manager) loop() {
 		}
 		now := m.now()
 		m.turn(now)
+		// A waiting test is told only once nothing is due at now: a turn
+		// can leave work for this same instant (a key it scheduled now).
+		for i := 0; synced != nil && i < 4; i++ {
+			if wake, ok := m.nextWake(); !ok || wake.After(now) {
+				break
+			}
+			m.turn(now)
+		}
 		timer.Stop()
 		if wake, ok := m.nextWake(); ok {
 			timer.Reset(max(wake.Sub(now), 0))
@@ -378,7 +384,7 @@ func (m *Manager) loop() {
 // turn does what is due at now: the hot path's requests, the rules that
 // went, the shares' sweep, the keys whose deadline came, and the requests
 // to send.
-func (m *Manager) turn(now time.Time) {
+func (m *Manager) turn(now mono) {
 	for _, p := range m.inbox.take() {
 		if p != nil {
 			m.enqueue(p)
@@ -394,7 +400,7 @@ func (m *Manager) turn(now time.Time) {
 		if !ok {
 			break
 		}
-		p.own.timerAt = time.Time{}
+		p.own.timerAt = 0
 		m.service(p, now)
 	}
 	m.flush(now)
@@ -403,10 +409,10 @@ func (m *Manager) turn(now time.Time) {
 
 // nextWake is the earliest instant the loop has work without being told;
 // none when nothing is due.
-func (m *Manager) nextWake() (time.Time, bool) {
-	var wake time.Time
+func (m *Manager) nextWake() (mono, bool) {
+	var wake mono
 	ok := false
-	consider := func(at time.Time) {
+	consider := func(at mono) {
 		if !ok || at.Before(wake) {
 			wake, ok = at, true
 		}

@@ -20,37 +20,28 @@ const evicted = math.MinInt64 / 2
 // atomic compare-and-swap, no clock, no lock, no allocation. Everything
 // else about the pool is the manager goroutine's.
 type Pool struct {
-	tokens atomic.Int64  // spendable leased tokens; < 0 once evicted
-	gen    atomic.Uint64 // bumped when tokens leave because their lease ended
-	low    atomic.Int64  // below this many tokens a refill is requested
-	queued atomic.Bool   // a refill is queued or in flight (at most one per key)
-
-	// served is true while the allocator is deciding for this key: it has
-	// answered an Acquire for it within the lease TTL (with or without
-	// tokens). An empty served pool refuses; an unserved one falls back.
-	served atomic.Bool
-	// sharing is true while the pool earns a share of the rule's rate: the
-	// share is this node's limit even when the allocator cannot be reached.
-	sharing atomic.Bool
+	tokens  atomic.Int64  // spendable leased tokens; < 0 once evicted
+	gen     atomic.Uint64 // bumped when tokens leave because their lease ended
+	low     atomic.Int64  // below this many tokens a refill is requested
+	flags   flags         // queued, served, sharing, fresh: see flagQueued
+	holders atomic.Int32  // the allocator's last count of this key's holders
 	// missed counts tokens asked for but not taken from the lease: refusals
 	// and fallback admissions, for the rate estimate.
 	missed atomic.Int64
 	// consumed counts tokens admitted outside a lease, not yet reported;
-	// consumedSince is when the first of them was admitted (ns of the
-	// manager's monotonic time, 0: none).
+	// consumedSince is when the first of them was admitted (a mono, 0:
+	// none).
 	consumed      atomic.Int64
 	consumedSince atomic.Int64
-	holders       atomic.Int32 // the allocator's last count of this key's holders
 	// fallback is the key's share of the rule on this node, limit/N, made
 	// the first time the key is decided without a lease. It lives with the
 	// pool, which stays until the share would be full again, so that a key
 	// back after a pause does not start from a fresh share.
 	fallback  atomic.Pointer[fallback.Share]
-	notBefore atomic.Int64 // ns of the manager's time before which no refill is sent
+	notBefore atomic.Int64 // the mono before which no refill is sent
 	// remaining is what the allocator had left for the key after its last
-	// grant; fresh says no fallback decision has been made since then.
+	// grant (see flagFresh).
 	remaining atomic.Int64
-	fresh     atomic.Bool
 
 	// keyRule is the rule for this key when the table's rule has overrides
 	// (see Rule).
@@ -61,47 +52,128 @@ type Pool struct {
 	own   managerState // owned by the manager goroutine
 }
 
+// A pool's yes/no states, in its flags.
+const (
+	// flagQueued: a refill is queued or in flight (at most one per key).
+	flagQueued uint32 = 1 << iota
+	// flagServed: the allocator is deciding for this key: it has answered
+	// an Acquire for it within the lease TTL (with or without tokens). An
+	// empty served pool refuses; an unserved one falls back.
+	flagServed
+	// flagSharing: the pool earns a share of the rule's rate: the share is
+	// this node's limit even when the allocator cannot be reached.
+	flagSharing
+	// flagFresh: no fallback decision has been made since the last grant.
+	flagFresh
+)
+
+// flags holds a pool's yes/no states in one atomic word, where an
+// atomic.Bool each would take 16 bytes of every key's pool.
+type flags struct{ w atomic.Uint32 }
+
+func (f *flags) is(flag uint32) bool { return f.w.Load()&flag != 0 }
+
+func (f *flags) set(flag uint32, on bool) {
+	if on {
+		f.w.Or(flag)
+	} else {
+		f.w.And(^flag)
+	}
+}
+
+// raise sets flag and reports whether it was clear: CompareAndSwap(false, true).
+func (f *flags) raise(flag uint32) bool { return f.w.Or(flag)&flag == 0 }
+
+// lower clears flag and reports whether it was set: CompareAndSwap(true, false).
+func (f *flags) lower(flag uint32) bool { return f.w.And(^flag)&flag != 0 }
+
 // keyRule is the rule of one key, resolved from the table's rule from.
 type keyRule struct{ from, rule *rules.Rule }
 
 // managerState is the pool's bookkeeping, touched only by the manager.
 type managerState struct {
+	credited    int64 // tokens ever put in minus tokens taken out by the manager
+	expiry      mono  // when the newest lease's tokens die; zero: no lease
+	servedUntil mono
+	// busy holds what only a busy key needs; nil reads as all zeros.
+	busy       *busyState
+	rate       float64 // EWMA of demand, tokens per second
+	lastTaken  int64
+	lastSample mono
+	lastActive mono
+	fastRate   float64 // EWMA of demand over two sweeps: how fast a share follows a surge
+	size       int64   // the lease size to ask for
+	epoch      int64
+	inFlight   *flight
+	seq        uint64  // the sequence number of the key's last request
+	unacked    *flight // a request that failed, to be sent again as it was
+	timerAt    mono    // when the live timer entry is due; zero: none
+	// overflow is what the key's share earned beyond the pool's cap, to be
+	// given back (share.go).
+	overflow int64
+
+	// The pool's live entries in the request queue and the timer queue.
+	// 32 bits are plenty: a stale entry would be taken for the live one
+	// only after exactly 2^32 more of the pool's pushes while it waits
+	// (years of a key's requests), and then cost one early visit.
+	delaySeq, timerSeq uint32
+
+	// (The bools last: together they take one word.)
 	initialized bool
-	credited    int64     // tokens ever put in minus tokens taken out by the manager
-	expiry      time.Time // when the newest lease's tokens die; zero: no lease
-	servedUntil time.Time
+	solo        bool // asks in a batch of its own after a rejected batch
+	pending     bool // in the manager's next batch
+	sent        bool // a request has been sent for the key
+	givingBack  bool // a request giving the share back is on its way
+	renewed     bool // has sent more than its first request
+	askedAgain  bool // demand was seen since the key's last request left
+}
+
+// busyState is the part of a pool's bookkeeping that only a busy key
+// needs: the carry of older leases and a share of the rule's rate. A key
+// gets one the first time it needs it (a lease arrives while tokens are
+// left, or a share comes with one) and keeps it while it lives; the many
+// keys touched once or now and then never do, and save its 64 bytes (less
+// the pointer).
+type busyState struct {
 	// carry is what was left of older leases when a newer one arrived; those
 	// tokens still die at carryExpiry. takenAtCarry is taken() at that moment.
 	carry        int64
-	carryExpiry  time.Time
+	carryExpiry  mono
 	takenAtCarry int64
-	rate         float64 // EWMA of demand, tokens per second
-	lastTaken    int64
-	lastSample   time.Time
-	lastActive   time.Time
-	fastRate     float64 // EWMA of demand over two sweeps: how fast a share follows a surge
-	size         int64   // the lease size to ask for
-	epoch        int64
-	inFlight     *flight
-	solo         bool // asks in a batch of its own after a rejected batch
-	lastSent     time.Time
-	seq          uint64    // the sequence number of the key's last request
-	unacked      *flight   // a request that failed, to be sent again as it was
-	pending      bool      // in the manager's next batch
-	delaySeq     uint64    // the live entry of the pool in the request queue
-	timerSeq     uint64    // the live entry of the pool in the timer queue
-	timerAt      time.Time // when that entry is due; zero: none
-	givingBack   bool      // a request giving the share back is on its way
 
 	// The share of the rule's rate (share.go): tokens per second earned from
 	// shareFrom until shareEnd; accrued holds the fraction of a token not
-	// yet in the pool (negative: owed); overflow what the cap refused, to be
-	// given back; shareCap the most tokens the share may pile up.
-	share              float64
-	shareFrom          time.Time
-	shareEnd           time.Time
-	accrued            float64
-	overflow, shareCap int64
+	// yet in the pool (negative: owed); shareCap the most tokens the share
+	// may pile up.
+	share     float64
+	shareFrom mono
+	shareEnd  mono
+	accrued   float64
+	shareCap  int64
+}
+
+// makeBusy returns the key's busy state, making it the first time.
+func (o *managerState) makeBusy() *busyState {
+	if o.busy == nil {
+		o.busy = &busyState{}
+	}
+	return o.busy
+}
+
+// carry is what older leases left that dies before the newest lease.
+func (o *managerState) carry() int64 {
+	if o.busy == nil {
+		return 0
+	}
+	return o.busy.carry
+}
+
+// shareRate is the share of the rule's rate the key earns, tokens per second.
+func (o *managerState) shareRate() float64 {
+	if o.busy == nil {
+		return 0
+	}
+	return o.busy.share
 }
 
 // flight is one key's part of an Acquire in flight.
@@ -109,7 +181,7 @@ type flight struct {
 	want, consumed          int64
 	wantRate                float64
 	age                     time.Duration
-	sent                    time.Time // of the first attempt
+	sent                    mono // of the first attempt
 	returned, returnedEpoch int64
 	seq                     uint64
 }
@@ -174,7 +246,7 @@ func (p *Pool) Give(n int64, gen uint64) bool {
 func (p *Pool) Tokens() int64 { return max(p.tokens.Load(), 0) }
 
 // Served reports whether the allocator is deciding for this key.
-func (p *Pool) Served() bool { return p.served.Load() }
+func (p *Pool) Served() bool { return p.flags.is(flagServed) }
 
 // Fallback returns the key's fallback share, making it the first time.
 func (p *Pool) Fallback() *fallback.Share {
@@ -188,7 +260,7 @@ func (p *Pool) Fallback() *fallback.Share {
 // Sharing reports whether the pool earns a share of the rule's rate: its
 // node then keeps that share as its limit until the lease ends, allocator
 // or not.
-func (p *Pool) Sharing() bool { return p.sharing.Load() }
+func (p *Pool) Sharing() bool { return p.flags.is(flagSharing) }
 
 // Holders is the allocator's last count of this key's holders, 0 if unknown.
 func (p *Pool) Holders() int { return int(p.holders.Load()) }
@@ -197,17 +269,19 @@ func (p *Pool) Holders() int { return int(p.holders.Load()) }
 // left for the key, so that a fallback that follows can start from the
 // fleet's true state (usually an empty bucket under load, not a full share).
 func (p *Pool) LeftCentrally() (int64, bool) {
-	if !p.fresh.CompareAndSwap(true, false) {
+	if !p.flags.lower(flagFresh) {
 		return 0, false
 	}
 	return p.remaining.Load(), true
 }
 
 // NotBefore is when the next refill may be sent, on the manager's time.
-func (p *Pool) NotBefore() time.Time { return time.Unix(0, p.notBefore.Load()) }
+func (p *Pool) NotBefore() time.Time { return p.notBeforeMono().time() }
+
+func (p *Pool) notBeforeMono() mono { return mono(p.notBefore.Load()) }
 
 // RetryIn is how long until the next refill may be sent.
-func (p *Pool) RetryIn() time.Duration { return max(p.NotBefore().Sub(p.table.m.now()), 0) }
+func (p *Pool) RetryIn() time.Duration { return max(p.notBeforeMono().Sub(p.table.m.now()), 0) }
 
 // Refused records demand the pool could not serve, for the rate estimate,
 // and asks for a refill.
@@ -222,7 +296,7 @@ func (p *Pool) Refused(n int64) {
 func (p *Pool) Consumed(n int64) {
 	p.missed.Add(n)
 	p.consumed.Add(n)
-	p.consumedSince.CompareAndSwap(0, p.table.m.now().UnixNano())
+	p.consumedSince.CompareAndSwap(0, int64(p.table.m.now()))
 	p.WantRefill()
 }
 
@@ -232,22 +306,22 @@ func (p *Pool) Unconsume(n int64) { p.consumed.Add(-n) }
 
 // takeConsumed hands the unreported consumption to a report: the tokens
 // and how long ago the first was admitted.
-func (p *Pool) takeConsumed(now time.Time) (int64, time.Duration) {
+func (p *Pool) takeConsumed(now mono) (int64, time.Duration) {
 	n := p.consumed.Swap(0)
 	since := p.consumedSince.Swap(0)
 	if n <= 0 || since == 0 {
 		return max(n, 0), 0
 	}
-	return n, max(now.Sub(time.Unix(0, since)), 0)
+	return n, max(now.Sub(mono(since)), 0)
 }
 
 // restoreConsumed puts back a report that did not reach the allocator.
-func (p *Pool) restoreConsumed(n int64, age time.Duration, sent time.Time) {
+func (p *Pool) restoreConsumed(n int64, age time.Duration, sent mono) {
 	if n <= 0 {
 		return
 	}
 	p.consumed.Add(n)
-	since := sent.Add(-age).UnixNano()
+	since := int64(sent.Add(-age))
 	for {
 		cur := p.consumedSince.Load()
 		if (cur != 0 && cur <= since) || p.consumedSince.CompareAndSwap(cur, since) {
@@ -259,7 +333,7 @@ func (p *Pool) restoreConsumed(n int64, age time.Duration, sent time.Time) {
 // WantRefill asks the manager for a lease unless one is already on its way.
 // It never blocks (a short lock on the manager's inbox).
 func (p *Pool) WantRefill() {
-	if p.queued.Load() || !p.queued.CompareAndSwap(false, true) {
+	if p.flags.is(flagQueued) || !p.flags.raise(flagQueued) {
 		return
 	}
 	p.table.m.inbox.put(p)

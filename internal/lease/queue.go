@@ -3,7 +3,6 @@ package lease
 import (
 	"container/heap"
 	"sync"
-	"time"
 )
 
 // deadlines holds pools with something due at an instant, earliest first:
@@ -13,13 +12,13 @@ import (
 // again leaves the older entries stale, and they are skipped.
 type deadlines struct {
 	items deadlineHeap
-	seq   func(*Pool) *uint64 // the pool's live entry in this queue
+	seq   func(*Pool) *uint32 // the pool's live entry in this queue
 }
 
 type deadline struct {
-	at  time.Time
+	at  mono
 	p   *Pool
-	seq uint64
+	seq uint32
 }
 
 type deadlineHeap []deadline
@@ -36,7 +35,7 @@ func (h *deadlineHeap) Pop() any {
 	return x
 }
 
-func (q *deadlines) push(p *Pool, at time.Time) {
+func (q *deadlines) push(p *Pool, at mono) {
 	s := q.seq(p)
 	*s++
 	heap.Push(&q.items, deadline{at: at, p: p, seq: *s})
@@ -52,15 +51,15 @@ func (q *deadlines) dropStale() {
 	}
 }
 
-func (q *deadlines) peek() (time.Time, bool) {
+func (q *deadlines) peek() (mono, bool) {
 	q.dropStale()
 	if len(q.items) == 0 {
-		return time.Time{}, false
+		return 0, false
 	}
 	return q.items[0].at, true
 }
 
-func (q *deadlines) popDue(now time.Time) (*Pool, bool) {
+func (q *deadlines) popDue(now mono) (*Pool, bool) {
 	q.dropStale()
 	if len(q.items) == 0 || q.items[0].at.After(now) {
 		return nil, false

@@ -13,7 +13,7 @@ func (m *Manager) leaveSoon(p *Pool) { m.leaving = append(m.leaving, p) }
 // for others (unless it is full): idle keys leave one by one, on their own
 // deadlines, and would otherwise make a call each. A Take racing with the
 // eviction fails on the sentinel and looks again.
-func (m *Manager) evict(now time.Time) {
+func (m *Manager) evict(now mono) {
 	for _, p := range m.leaving {
 		if ret, ok := m.leave(p); ok {
 			m.returns = append(m.returns, ret)
@@ -54,13 +54,16 @@ func (m *Manager) leave(p *Pool) (Return, bool) {
 	m.timers.cancel(p)
 	m.delayed.cancel(p)
 	p.table.keys.remove(p.key, p)
-	p.sharing.Store(false)
+	p.flags.set(flagSharing, false)
 	o := &p.own
 	tokens := o.overflow
 	if left > 0 && !o.expiry.IsZero() {
 		tokens += left
 	}
-	o.overflow, o.share = 0, 0
+	o.overflow = 0
+	if o.busy != nil {
+		o.busy.share = 0
+	}
 	if tokens <= 0 || p.table.gone.Load() {
 		return Return{}, false
 	}

@@ -14,12 +14,12 @@ import (
 func (m *Manager) enqueue(p *Pool) {
 	now := m.now()
 	if p.table.gone.Load() || p.tokens.Load() < 0 {
-		p.queued.Store(false)
+		p.flags.set(flagQueued, false)
 		return
 	}
 	m.init(p, now)
 	m.arm(p, now)
-	if at := p.NotBefore(); at.After(now) {
+	if at := p.notBeforeMono(); at.After(now) {
 		m.delayed.push(p, at)
 		return
 	}
@@ -28,7 +28,7 @@ func (m *Manager) enqueue(p *Pool) {
 
 // schedule adds p to the batch that goes out at flushAt (at most at), once,
 // and makes any delayed request of p stale.
-func (m *Manager) schedule(p *Pool, at time.Time) {
+func (m *Manager) schedule(p *Pool, at mono) {
 	p.own.delaySeq++
 	if len(m.pending) == 0 || at.Before(m.flushAt) {
 		m.flushAt = at
@@ -40,11 +40,14 @@ func (m *Manager) schedule(p *Pool, at time.Time) {
 }
 
 // flush sends the pending refills that are due, at most MaxBatch per call.
-func (m *Manager) flush(now time.Time) {
+func (m *Manager) flush(now mono) {
 	for {
 		p, ok := m.delayed.popDue(now)
 		if !ok {
 			break
+		}
+		if m.lapse(p, now) {
+			continue
 		}
 		m.schedule(p, now)
 	}
@@ -76,7 +79,7 @@ func (m *Manager) flush(now time.Time) {
 		p.own.pending = false
 		switch {
 		case p.table.gone.Load() || p.tokens.Load() < 0: // its rule went, or it left its table
-			p.queued.Store(false)
+			p.flags.set(flagQueued, false)
 		case p.own.solo: // in a batch the allocator rejected: asks alone
 			m.send([]*Pool{p}, now)
 		default:
@@ -100,14 +103,40 @@ func (m *Manager) flush(now time.Time) {
 	}
 }
 
-func (m *Manager) send(pools []*Pool, now time.Time) {
+// lapse lets the share of a key that is its only holder and has gone quiet
+// run out instead of renewing it, and reports whether it did: the share
+// ends with its lease, on the node and in the allocator alike. A key is
+// quiet here when nothing was asked of it since its first request left (a
+// key touched once: it costs one Acquire, and the Release of what its lease
+// still holds when it leaves, not a renewal every refresh until it is found
+// idle), or, once it has renewed, for two refresh intervals: a sparse key
+// (a few requests a second) must not lose its share, and a round trip,
+// between two of its requests. A key with other holders gives its share
+// back instead (giveBack), so that they have it sooner. The key asks again
+// when its pool runs low.
+func (m *Manager) lapse(p *Pool, now mono) bool {
+	o := &p.own
+	if o.shareRate() <= 0 || o.givingBack || o.unacked != nil || p.consumed.Load() > 0 || p.Holders() > 1 {
+		return false
+	}
+	m.taken(p, m.sample(p, now))
+	if o.askedAgain || o.renewed && now.Sub(o.lastActive) < 2*p.Rule().Lease.Refresh {
+		return false
+	}
+	p.flags.set(flagQueued, false)
+	return true
+}
+
+func (m *Manager) send(pools []*Pool, now mono) {
 	reqs := make([]Request, len(pools))
 	for i, p := range pools {
 		o := &p.own
 		r := p.Rule()
-		if !o.lastSent.IsZero() { // (a new key asks for its share of a refresh: init)
+		if o.sent { // (a new key asks for its share of a refresh: init)
 			m.taken(p, m.sample(p, now)) // its demand, for the size and the rate it asks
+			o.renewed = true
 		}
+		o.askedAgain = false
 		f := m.retry(p, r, now)
 		if f == nil {
 			f = &flight{want: m.wantTokens(p), wantRate: m.wantRate(p, r, now), sent: now,
@@ -115,7 +144,7 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 			f.consumed, f.age = p.takeConsumed(now)
 			o.overflow = 0
 		}
-		o.inFlight, o.lastSent = f, now
+		o.inFlight, o.sent = f, true
 		reqs[i] = Request{Rule: p.table.name, Key: p.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age,
 			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Seq: f.seq}
 	}
@@ -125,7 +154,6 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 	m.calls.Add(1)
 	go func() {
 		defer m.rpcs.Done()
-		defer m.calls.Add(-1)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		start := m.now()
@@ -151,6 +179,7 @@ func (m *Manager) send(pools []*Pool, now time.Time) {
 }
 
 func (m *Manager) apply(r result) {
+	defer m.calls.Add(-1) // once applied: a test that waits sees its effect
 	defer m.announce()
 	m.acquiring--
 	now := m.now()
@@ -175,7 +204,7 @@ func (m *Manager) apply(r result) {
 
 // failed handles an Acquire that got no answer: the consumption it carried
 // is kept for the next report; an outage backs off and retries the keys.
-func (m *Manager) failed(r result, now time.Time) {
+func (m *Manager) failed(r result, now mono) {
 	rejected := errors.Is(r.err, ErrRejected)
 	var rej *Rejection
 	for i, p := range r.pools {
@@ -215,22 +244,21 @@ func (m *Manager) failed(r result, now time.Time) {
 // it has demand, or admitted tokens to report. One that asked once and went
 // quiet drops its request, and with it the retries: a failed call of many
 // keys each touched once must not be sent again and again until the
-// allocator answers. What the dropped request carried is reported later
-// (at worst debited twice, never lost); what it may have been granted dies
-// with its lease in the allocator.
-func (m *Manager) stillWanted(p *Pool, now time.Time) bool {
+// allocator answers. A request that carried admitted tokens is kept and
+// sent again as it was (applied once); one that carried none is dropped,
+// and what it may have been granted dies with its lease in the allocator.
+func (m *Manager) stillWanted(p *Pool, now mono) bool {
 	o := &p.own
 	if p.consumed.Load() > 0 || !m.quiet(p, p.Rule(), now) {
 		return true
 	}
 	if f := o.unacked; f != nil {
-		o.unacked = nil
-		p.restoreConsumed(f.consumed, f.age, f.sent)
-		if f.consumed > 0 {
+		if f.consumed > 0 { // sent again as it was, so that it is applied once
 			return true
 		}
+		o.unacked = nil
 	}
-	p.queued.Store(false)
+	p.flags.set(flagQueued, false)
 	return false
 }
 
@@ -242,7 +270,7 @@ func (m *Manager) stillWanted(p *Pool, now time.Time) bool {
 // identity): the whole call backs off, doubling up to maxRefusedBackoff,
 // and comes back together once the allocator answers; splitting it into
 // one call per key would multiply the load by the keys.
-func (m *Manager) rejected(r result, now time.Time) {
+func (m *Manager) rejected(r result, now mono) {
 	bad := -1
 	var rej *Rejection
 	if errors.As(r.err, &rej) && rej.Request >= 0 && rej.Request < len(r.pools) {
@@ -253,7 +281,7 @@ func (m *Manager) rejected(r result, now time.Time) {
 	}
 	switch {
 	case bad >= 0:
-		m.lastCall = time.Time{} // the others ask again at once, unpaced
+		m.lastCall = 0 // long ago: the others ask again at once, unpaced
 		for i, p := range r.pools {
 			if i != bad {
 				m.schedule(p, now)
@@ -261,11 +289,11 @@ func (m *Manager) rejected(r result, now time.Time) {
 		}
 		p := r.pools[bad]
 		p.own.solo = true
-		p.notBefore.Store(now.Add(time.Second).UnixNano())
-		p.queued.Store(false)
+		p.notBefore.Store(int64(now.Add(time.Second)))
+		p.flags.set(flagQueued, false)
 		m.cfg.Logger.Warn("allocator rejected a lease request", "rule", p.table.name, "err", r.err)
 	case bad == -2:
-		m.lastCall = time.Time{}
+		m.lastCall = 0
 		for _, p := range r.pools {
 			p.own.solo = true
 			m.schedule(p, now)
@@ -299,7 +327,7 @@ func (m *Manager) reachable(up bool, cause error) {
 // then) and its sequence number, it is applied at most once. An older one
 // is dropped and its consumption reported afresh: at worst debited twice,
 // never lost.
-func (m *Manager) retry(p *Pool, r *rules.Rule, now time.Time) *flight {
+func (m *Manager) retry(p *Pool, r *rules.Rule, now mono) *flight {
 	f := p.own.unacked
 	p.own.unacked = nil
 	if f == nil {

@@ -6,15 +6,22 @@ import (
 )
 
 // tick runs every sweep while some keys hold a share of a rate: their
-// shares earn, their rates are sampled, and those gone quiet give their
-// shares back. No other key costs the tick anything.
-func (m *Manager) tick(now time.Time) {
+// shares earn, their rates are sampled, those gone quiet give their shares
+// back to the key's other holders, and those idle with no other holder
+// leave. No other key costs the tick anything.
+func (m *Manager) tick(now mono) {
 	for p := range m.sharing {
 		m.accrue(p, now)
 		m.expire(p, now)
 		m.taken(p, m.sample(p, now))
 		m.giveBack(p, now)
-		if p.own.share <= 0 { // it ended: back to its own deadlines
+		if p.Holders() <= 1 && m.idle(p, now) {
+			// Its only holder, idle: it leaves, and the Release of what its
+			// lease holds ends its share in the allocator too.
+			m.leaveSoon(p)
+			continue
+		}
+		if p.own.shareRate() <= 0 { // it ended: back to its own deadlines
 			delete(m.sharing, p)
 			m.arm(p, now)
 		}
@@ -24,7 +31,7 @@ func (m *Manager) tick(now time.Time) {
 // service does a key's bookkeeping when one of its deadlines comes: the
 // lease ends, the served time ends, the idle check. A key with nothing due
 // is not visited.
-func (m *Manager) service(p *Pool, now time.Time) {
+func (m *Manager) service(p *Pool, now mono) {
 	if p.tokens.Load() < 0 { // evicted
 		return
 	}
@@ -32,7 +39,7 @@ func (m *Manager) service(p *Pool, now time.Time) {
 	m.accrue(p, now)
 	m.expire(p, now)
 	m.taken(p, m.sample(p, now))
-	if o := &p.own; o.lastActive.Equal(now) && o.share <= 0 {
+	if o := &p.own; o.lastActive.Equal(now) && o.shareRate() <= 0 {
 		// Demand since the key's last look, when it had a deadline: at some
 		// time in between, not now. Dated half an idle period back, a key
 		// touched once leaves one and a half idle periods after its use,
@@ -52,22 +59,22 @@ func (m *Manager) service(p *Pool, now time.Time) {
 // arm sets the key's next deadline: when its tokens (or an older lease's)
 // end, when it stops being served, when it may be idle. A key holding a
 // share is the tick's.
-func (m *Manager) arm(p *Pool, now time.Time) {
+func (m *Manager) arm(p *Pool, now mono) {
 	o := &p.own
 	if _, ok := m.sharing[p]; ok || p.tokens.Load() < 0 {
 		m.timers.cancel(p)
-		o.timerAt = time.Time{}
+		o.timerAt = 0
 		return
 	}
 	next := o.lastActive.Add(idleAfter(p))
-	if o.carry > 0 {
-		next = minTime(next, o.carryExpiry)
+	if o.carry() > 0 {
+		next = min(next, o.busy.carryExpiry)
 	}
 	if !o.expiry.IsZero() {
-		next = minTime(next, o.expiry)
+		next = min(next, o.expiry)
 	}
-	if p.served.Load() {
-		next = minTime(next, o.servedUntil)
+	if p.flags.is(flagServed) {
+		next = min(next, o.servedUntil)
 	}
 	if !next.After(now) { // busy (a request on its way): look again later
 		next = now.Add(p.Rule().Lease.TTL / 2)
@@ -80,7 +87,7 @@ func (m *Manager) arm(p *Pool, now time.Time) {
 
 // settled follows a key whose request has been answered (or has failed):
 // a key of a rule that went leaves; the others get their deadlines.
-func (m *Manager) settled(p *Pool, now time.Time) {
+func (m *Manager) settled(p *Pool, now mono) {
 	if p.table.gone.Load() {
 		m.service(p, now)
 		return
@@ -91,12 +98,12 @@ func (m *Manager) settled(p *Pool, now time.Time) {
 }
 
 // share notes that the key holds a share (or no longer does).
-func (m *Manager) share(p *Pool, now time.Time) {
-	if p.own.share > 0 {
+func (m *Manager) share(p *Pool, now mono) {
+	if p.own.shareRate() > 0 {
 		if _, ok := m.sharing[p]; !ok {
 			m.sharing[p] = struct{}{}
 			m.timers.cancel(p)
-			p.own.timerAt = time.Time{}
+			p.own.timerAt = 0
 			if len(m.sharing) == 1 && !m.nextSweep.After(now) { // (a short lease may have brought it forward)
 				m.nextSweep = now.Add(m.cfg.Sweep)
 			}
@@ -115,7 +122,7 @@ func (m *Manager) taken(p *Pool, n int64) {
 
 // forgetTables takes the pools of rules that went out of their tables:
 // nothing can be reported or returned for them any more.
-func (m *Manager) forgetTables(now time.Time) {
+func (m *Manager) forgetTables(now mono) {
 	m.forgotMu.Lock()
 	tables := m.forgotten
 	m.forgotten = nil
@@ -129,29 +136,32 @@ func (m *Manager) forgetTables(now time.Time) {
 }
 
 // expire removes tokens whose lease has ended.
-func (m *Manager) expire(p *Pool, now time.Time) {
+func (m *Manager) expire(p *Pool, now mono) {
 	o := &p.own
-	if o.carry > 0 && !now.Before(o.carryExpiry) {
+	if b := o.busy; b != nil && b.carry > 0 && !now.Before(b.carryExpiry) {
 		p.gen.Add(1)
-		if left := o.carry - (p.taken() - o.takenAtCarry); left > 0 {
+		if left := b.carry - (p.taken() - b.takenAtCarry); left > 0 {
 			p.remove(left)
 		}
-		o.carry = 0
+		b.carry = 0
 	}
 	if !o.expiry.IsZero() && !now.Before(o.expiry) {
 		p.gen.Add(1)
 		p.remove(math.MaxInt64)
-		o.expiry, o.carry = time.Time{}, 0
+		o.expiry = 0
+		if o.busy != nil {
+			o.busy.carry = 0
+		}
 	}
-	if p.served.Load() && !now.Before(o.servedUntil) {
-		p.served.Store(false)
+	if p.flags.is(flagServed) && !now.Before(o.servedUntil) {
+		p.flags.set(flagServed, false)
 	}
 }
 
 // sample updates the key's demand rate (an EWMA over RateWindow) and the
 // lease size that follows from it; it returns the tokens taken since the
 // last sample.
-func (m *Manager) sample(p *Pool, now time.Time) int64 {
+func (m *Manager) sample(p *Pool, now mono) int64 {
 	o := &p.own
 	taken := p.taken()
 	took := taken - o.lastTaken
@@ -163,7 +173,7 @@ func (m *Manager) sample(p *Pool, now time.Time) int64 {
 	}
 	o.lastSample = now
 	if demand > 0 {
-		o.lastActive = now
+		o.lastActive, o.askedAgain = now, true
 	}
 	alpha := 1 - math.Exp(-elapsed.Seconds()/m.cfg.RateWindow.Seconds())
 	o.rate += alpha * (float64(demand)/elapsed.Seconds() - o.rate)
@@ -174,12 +184,15 @@ func (m *Manager) sample(p *Pool, now time.Time) int64 {
 	return took
 }
 
-// giveBack sends at once the renewal of a share whose key has gone quiet:
-// it asks for no rate, so the share goes back to the key's other holders
-// within a few sweeps instead of at the next renewal.
-func (m *Manager) giveBack(p *Pool, now time.Time) {
+// giveBack sends at once the renewal of a share whose key has gone quiet
+// while other nodes hold it: it asks for no rate, so the share goes back to
+// them within a few sweeps instead of at the lease's end.
+func (m *Manager) giveBack(p *Pool, now mono) {
 	o := &p.own
-	if o.share <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.Rule(), now) {
+	if o.shareRate() <= 0 || o.inFlight != nil || o.givingBack || !m.quiet(p, p.Rule(), now) {
+		return
+	}
+	if p.Holders() <= 1 { // nobody to give it to: it lapses with its lease (lapse)
 		return
 	}
 	o.givingBack = true
@@ -189,11 +202,11 @@ func (m *Manager) giveBack(p *Pool, now time.Time) {
 // idle reports whether the key should leave: its rule is gone (nothing can
 // be reported or returned for it any more), or it has had no demand for
 // half a lease TTL and has nothing in flight or unreported.
-func (m *Manager) idle(p *Pool, now time.Time) bool {
+func (m *Manager) idle(p *Pool, now mono) bool {
 	if p.table.gone.Load() {
 		return p.own.inFlight == nil
 	}
-	if p.own.inFlight != nil || p.own.unacked != nil || p.queued.Load() || p.consumed.Load() > 0 {
+	if p.own.inFlight != nil || p.own.unacked != nil || p.flags.is(flagQueued) || p.consumed.Load() > 0 {
 		return false
 	}
 	return now.Sub(p.own.lastActive) >= idleAfter(p)

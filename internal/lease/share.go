@@ -38,35 +38,38 @@ const (
 // the pool, in whole tokens, up to the pool's cap; what the cap refuses, or
 // what arrives when no lease holds the pool, is given back with the next
 // Acquire. The share ends at its lease's end.
-func (m *Manager) accrue(p *Pool, now time.Time) {
-	o := &p.own
-	if o.share > 0 {
-		end := minTime(now, o.shareEnd)
-		if end.After(o.shareFrom) {
-			o.accrued += o.share * end.Sub(o.shareFrom).Seconds()
-			o.shareFrom = end
+func (m *Manager) accrue(p *Pool, now mono) {
+	o, b := &p.own, p.own.busy
+	if b == nil { // no share, nothing accrued
+		return
+	}
+	if b.share > 0 {
+		end := min(now, b.shareEnd)
+		if end.After(b.shareFrom) {
+			b.accrued += b.share * end.Sub(b.shareFrom).Seconds()
+			b.shareFrom = end
 		}
-		if !now.Before(o.shareEnd) {
-			o.share = 0
-			p.sharing.Store(false)
+		if !now.Before(b.shareEnd) {
+			b.share = 0
+			p.flags.set(flagSharing, false)
 		}
 	}
-	if o.accrued < 1 {
+	if b.accrued < 1 {
 		return
 	}
 	// More than the pool's cap and the rule's capacity would only be given
 	// back and capped there: a huge rate must not overflow the count.
 	capacity := p.Rule().Capacity()
-	whole := math.Floor(o.accrued)
-	o.accrued -= whole
-	n := int64(min(whole, float64(capacity+o.shareCap)))
+	whole := math.Floor(b.accrued)
+	b.accrued -= whole
+	n := int64(min(whole, float64(capacity+b.shareCap)))
 	defer func() { o.overflow = min(o.overflow, capacity) }()
 	left := p.tokens.Load()
 	if left < 0 || o.expiry.IsZero() || !now.Before(o.expiry) { // evicted, or no lease to hold them
 		o.overflow += n
 		return
 	}
-	in := min(n, max(o.shareCap-left, 0))
+	in := min(n, max(b.shareCap-left, 0))
 	if in > 0 {
 		p.tokens.Add(in)
 		o.credited += in
@@ -79,18 +82,25 @@ func (m *Manager) accrue(p *Pool, now time.Time) {
 // new one from the moment it answered: if the new share is smaller, the
 // difference over the round trip is owed, and taken back from the pool or
 // from what the share earns next.
-func (m *Manager) setShare(p *Pool, f *flight, g Grant, now time.Time) {
-	o := &p.own
-	if o.share > g.Rate {
-		if overlap := minTime(now, o.shareEnd).Sub(f.sent); overlap > 0 {
-			o.accrued -= (o.share - g.Rate) * overlap.Seconds()
+func (m *Manager) setShare(p *Pool, f *flight, g Grant, now mono) {
+	b := p.own.busy
+	if b == nil {
+		if g.Rate <= 0 { // no share before, none now: nothing starts or is owed
+			p.flags.set(flagSharing, false)
+			return
+		}
+		b = p.own.makeBusy()
+	}
+	if b.share > g.Rate {
+		if overlap := min(now, b.shareEnd).Sub(f.sent); overlap > 0 {
+			b.accrued -= (b.share - g.Rate) * overlap.Seconds()
 		}
 	}
-	o.share, o.shareFrom, o.shareEnd = g.Rate, now, f.sent.Add(g.TTL)
+	b.share, b.shareFrom, b.shareEnd = g.Rate, now, f.sent.Add(g.TTL)
 	if g.Rate > 0 {
-		o.shareCap = max(int64(math.Ceil(g.Rate*shareHold.Seconds())), 1)
+		b.shareCap = max(int64(math.Ceil(g.Rate*shareHold.Seconds())), 1)
 	}
-	p.sharing.Store(g.Rate > 0 && o.shareEnd.After(now))
+	p.flags.set(flagSharing, g.Rate > 0 && b.shareEnd.After(now))
 }
 
 // oweInFlight turns what the key admitted from its fallback share while the
@@ -101,20 +111,20 @@ func (m *Manager) setShare(p *Pool, f *flight, g Grant, now time.Time) {
 // burst again: a new key would admit two bursts in its first second. Only
 // the share's burst is owed: what the share's rate (limit/N) earned over
 // the flight is what the node was due meanwhile.
-func (m *Manager) oweInFlight(p *Pool, r *rules.Rule, f *flight, now time.Time) {
+func (m *Manager) oweInFlight(p *Pool, r *rules.Rule, f *flight, now mono) {
 	n := p.consumed.Swap(0)
 	if n <= 0 {
 		return
 	}
 	p.consumedSince.Store(0)
 	due := r.Rate() / float64(max(m.cfg.Nodes(), 1)) * max(now.Sub(f.sent), 0).Seconds()
-	p.own.accrued -= max(float64(n)-due, 0)
+	p.own.makeBusy().accrued -= max(float64(n)-due, 0)
 }
 
 // settleOwed pays what the pool owes out of the tokens it holds.
 func (m *Manager) settleOwed(p *Pool) {
-	if o := &p.own; o.accrued < 0 {
-		o.accrued += float64(p.remove(int64(math.Ceil(-o.accrued))))
+	if b := p.own.busy; b != nil && b.accrued < 0 {
+		b.accrued += float64(p.remove(int64(math.Ceil(-b.accrued))))
 	}
 }
 
@@ -125,15 +135,15 @@ func (m *Manager) settleOwed(p *Pool) {
 // touched once then costs one Acquire and one Release, not a share to
 // renew every refresh until it is found quiet, and a busy key asks for its
 // share with its second request.
-func (m *Manager) wantRate(p *Pool, r *rules.Rule, now time.Time) float64 {
+func (m *Manager) wantRate(p *Pool, r *rules.Rule, now mono) float64 {
 	if m.cfg.TokensOnly || r.Algorithm != rules.TokenBucket {
 		return 0
 	}
 	o := &p.own
 	switch {
-	case o.lastSent.IsZero() && p.missed.Load() >= busyAtFirst:
+	case !o.sent && p.missed.Load() >= busyAtFirst:
 		return r.Rate() / float64(max(m.cfg.Nodes(), 1))
-	case o.lastSent.IsZero(), m.quiet(p, r, now):
+	case !o.sent, m.quiet(p, r, now):
 		return 0
 	}
 	// The fast estimate leads when demand surges (load moving onto this
@@ -149,7 +159,7 @@ func (m *Manager) wantRate(p *Pool, r *rules.Rule, now time.Time) float64 {
 // wantTokens is the tokens a request asks for: the lease size, but nothing
 // for a key whose share keeps its pool above the watermark.
 func (m *Manager) wantTokens(p *Pool) int64 {
-	if p.own.share > 0 && p.tokens.Load() >= p.low.Load() {
+	if p.own.shareRate() > 0 && p.tokens.Load() >= p.low.Load() {
 		return 0
 	}
 	return p.own.size
@@ -159,7 +169,7 @@ func (m *Manager) wantTokens(p *Pool) int64 {
 // share should go back: three of its own inter-arrival times, and at least
 // two sweeps; a busy key gives its share back within a few sweeps, a slow
 // one is not taken for gone between two requests.
-func (m *Manager) quiet(p *Pool, r *rules.Rule, now time.Time) bool {
+func (m *Manager) quiet(p *Pool, r *rules.Rule, now mono) bool {
 	o := &p.own
 	after := 2 * m.cfg.Sweep
 	if o.rate > 0 {

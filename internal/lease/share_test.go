@@ -237,8 +237,13 @@ func TestShareOverflowIsGivenBack(t *testing.T) {
 // holder can then have the whole rate.
 func TestShareGivenBackWhenQuiet(t *testing.T) {
 	f := newFarFixture(t, 0, nil)
+	r, _ := f.set.Get("far")
+	f.tr.acquireAs(t, "n2", r, "k", 1) // another holder, to give it back to
 	p := f.table("far").Pool("k")
 	f.drive(p, 1500, time.Second)
+	if p.Holders() < 2 {
+		t.Fatalf("the node sees %d holders, want 2", p.Holders())
+	}
 	if !p.Sharing() {
 		t.Fatal("no share while busy")
 	}
@@ -246,9 +251,33 @@ func TestShareGivenBackWhenQuiet(t *testing.T) {
 	if p.Sharing() {
 		t.Fatal("the share is still held 60ms after the key went quiet")
 	}
-	r, _ := f.set.Get("far")
 	if l := f.tr.acquireAs(t, "n2", r, "k", r.Rate()); l.Rate != r.Rate() {
 		t.Fatalf("another node got a share of %g/s after the first went quiet, want the whole %g/s", l.Rate, r.Rate())
+	}
+}
+
+// A quiet key that is its share's only holder does not renew it and leaves
+// at its idle check; its Release ends the share in the allocator, so a node
+// that asks later has the whole rate.
+func TestSoleHolderShareEndsWhenItLeaves(t *testing.T) {
+	f := newFarFixture(t, 0, nil)
+	tb := f.table("far")
+	p := tb.Pool("k")
+	f.drive(p, 1500, time.Second)
+	if !p.Sharing() || p.Holders() != 1 {
+		t.Fatalf("sharing %v with %d holders while busy, want a share held alone", p.Sharing(), p.Holders())
+	}
+	before := len(f.tr.calls())
+	f.step(1500*time.Millisecond, 10*time.Millisecond)
+	if n := tb.Len(); n != 0 {
+		t.Fatal("the quiet key is still on the node 1.5s after its last use")
+	}
+	if n := len(f.tr.calls()) - before; n > 1 {
+		t.Fatalf("%d Acquires while quiet, want at most the one reporting what the last busy moment took: the share lapses rather than renews", n)
+	}
+	r, _ := f.set.Get("far")
+	if l := f.tr.acquireAs(t, "n2", r, "k", r.Rate()); l.Rate != r.Rate() {
+		t.Fatalf("another node got a share of %g/s after the first left, want the whole %g/s", l.Rate, r.Rate())
 	}
 }
 
