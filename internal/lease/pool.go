@@ -124,7 +124,6 @@ type managerState struct {
 	pending     bool // in the manager's next batch
 	sent        bool // a request has been sent for the key
 	givingBack  bool // a request giving the share back is on its way
-	renewed     bool // has sent more than its first request
 	askedAgain  bool // demand was seen since the key's last request left
 }
 
