@@ -11,6 +11,9 @@ import (
 // grant puts a lease into its pool and schedules the key's next request.
 func (m *Manager) grant(p *Pool, g Grant, now mono) {
 	f := p.own.inFlight
+	if f == nil { // (never: flush sends one request of a key at a time)
+		return
+	}
 	p.own.inFlight, p.own.unacked, p.own.solo, p.own.givingBack = nil, nil, false, false
 	r := p.Rule()
 	if !(g.Rate >= 0) { // NaN or negative: no share

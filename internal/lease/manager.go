@@ -386,7 +386,11 @@ func (m *Manager) loop() {
 // to send.
 func (m *Manager) turn(now mono) {
 	for _, p := range m.inbox.take() {
-		if p != nil {
+		switch {
+		case p == nil:
+		case p.own.asleep:
+			m.wake(p, now) // a Take found its share asleep (sleep.go)
+		default:
 			m.enqueue(p)
 		}
 	}

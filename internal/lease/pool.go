@@ -65,6 +65,9 @@ const (
 	flagSharing
 	// flagFresh: no fallback decision has been made since the last grant.
 	flagFresh
+	// flagAsleep: the key's share sleeps (sleep.go): the first Take, or a
+	// Take refused, wakes it.
+	flagAsleep
 )
 
 // flags holds a pool's yes/no states in one atomic word, where an
@@ -125,6 +128,7 @@ type managerState struct {
 	sent        bool // a request has been sent for the key
 	givingBack  bool // a request giving the share back is on its way
 	askedAgain  bool // demand was seen since the key's last request left
+	asleep      bool // its share sleeps out of the tick (sleep.go)
 }
 
 // busyState is the part of a pool's bookkeeping that only a busy key
@@ -210,6 +214,9 @@ func (p *Pool) Take(n int64) (left int64, ok bool) {
 	for {
 		v := p.tokens.Load()
 		if v < n {
+			if p.flags.is(flagAsleep) { // a share asleep earns again (sleep.go)
+				p.WantRefill()
+			}
 			return v, false
 		}
 		if p.tokens.CompareAndSwap(v, v-n) {
@@ -332,6 +339,12 @@ func (p *Pool) restoreConsumed(n int64, age time.Duration, sent mono) {
 // WantRefill asks the manager for a lease unless one is already on its way.
 // It never blocks (a short lock on the manager's inbox).
 func (p *Pool) WantRefill() {
+	if p.flags.is(flagAsleep) {
+		if p.flags.lower(flagAsleep) {
+			p.table.m.inbox.put(p) // wakes its share (sleep.go)
+		}
+		return
+	}
 	if p.flags.is(flagQueued) || !p.flags.raise(flagQueued) {
 		return
 	}

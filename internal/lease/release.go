@@ -56,6 +56,8 @@ func (m *Manager) leave(p *Pool) (Return, bool) {
 	p.table.keys.remove(p.key, p)
 	p.flags.set(flagSharing, false)
 	o := &p.own
+	o.asleep = false
+	p.flags.set(flagAsleep, false)
 	tokens := o.overflow
 	if left > 0 && !o.expiry.IsZero() {
 		tokens += left

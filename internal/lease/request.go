@@ -46,6 +46,7 @@ func (m *Manager) flush(now mono) {
 		if !ok {
 			break
 		}
+		m.wake(p, now) // (a renewal due: its share earns up to now first)
 		if m.lapse(p, now) {
 			continue
 		}
@@ -80,6 +81,10 @@ func (m *Manager) flush(now mono) {
 		switch {
 		case p.table.gone.Load() || p.tokens.Load() < 0: // its rule went, or it left its table
 			p.flags.set(flagQueued, false)
+		case p.own.inFlight != nil:
+			// Its request is still on its way (MaxInFlight calls may be):
+			// the answer schedules the next. Two at once would each take the
+			// other's flight.
 		case p.own.solo: // in a batch the allocator rejected: asks alone
 			m.send([]*Pool{p}, now)
 		default:

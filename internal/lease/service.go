@@ -24,7 +24,9 @@ func (m *Manager) tick(now mono) {
 		if p.own.shareRate() <= 0 { // it ended: back to its own deadlines
 			delete(m.sharing, p)
 			m.arm(p, now)
+			continue
 		}
+		m.sleep(p, now)
 	}
 }
 

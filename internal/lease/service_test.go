@@ -7,21 +7,32 @@ import (
 	"time"
 )
 
-// A key with nothing due costs the loop nothing once it has left: 1,000
-// keys touched once each hold the share their first lease brought, renew
-// it once, let it lapse (they are its only holders and were asked nothing
-// since) and leave at their idle check; then the loop has nothing left to
-// visit and no deadline. Before, the sweep visited every key every 20ms,
+// A key with nothing due costs the loop nothing: 1,000 keys touched once
+// each hold the share their first lease brought, asleep out of the sweep
+// (sleep.go), renew it once, let it lapse (they are its only holders and
+// were asked nothing since) and leave at their idle check; then the loop
+// has nothing left to visit and no deadline. Before, the sweep visited every key every 20ms,
 // due or not, and each renewed its lease until found idle.
 func TestQuietKeysCostNothing(t *testing.T) {
 	f := newFixture(t)
 	tb := f.table("day")
-	for i := range 1000 {
-		tb.Pool(fmt.Sprintf("k%d", i)).Take(1)
+	pools := make([]*Pool, 1000)
+	for i := range pools {
+		pools[i] = tb.Pool(fmt.Sprintf("k%d", i))
+		pools[i].Take(1)
 	}
 	f.step(100*time.Millisecond, 10*time.Millisecond)
-	if n := len(f.m.sharing); n == 0 {
+	sharing := 0
+	for _, p := range pools {
+		if p.Sharing() {
+			sharing++
+		}
+	}
+	if sharing == 0 {
 		t.Fatal("no key holds a share after its first lease: the test no longer tests the lapse")
+	}
+	if n := len(f.m.sharing); n != 0 {
+		t.Fatalf("%d quiet keys visited every sweep, want their shares asleep (sleep.go)", n)
 	}
 	f.step(2*time.Second, 50*time.Millisecond)
 	if n := tb.Len(); n != 0 {

@@ -35,6 +35,7 @@ const (
 // what arrives when no lease holds the pool, is given back with the next
 // Acquire. The share ends at its lease's end.
 func (m *Manager) accrue(p *Pool, now mono) {
+	m.wake(p, now)
 	o, b := &p.own, p.own.busy
 	if b == nil { // no share, nothing accrued
 		return
