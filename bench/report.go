@@ -108,7 +108,7 @@ func (r *report) markdown(plots []string) string {
 	b.WriteString(r.gubernatorText())
 	b.WriteString("\nadmitted / ideal: admissions over what a perfect limiter would admit (per key, the offered load or burst + rate × run, whichever is less). " +
 		"worst 1 s / bound: the most admitted in any one-second window over the most a token bucket allows in one second, burst + rate (for many keys: the hottest key); above 1 is over-admission. " +
-		"Latencies include two clock reads (~60 ns here). \"sent\" counts the commands clients send (EVALSHA, EVAL); \"all\" adds those scripts run inside Redis (TIME, GET, SET…).\n")
+		"Latencies include two clock reads (~60 ns here). \"sent\" counts the commands clients send (EVALSHA, EVAL); \"all\" adds those scripts run inside Redis (TIME, GET, SET…). Neither counts the allocator's DBSIZE, ten a second for `--redis-max-keys` whatever the traffic.\n")
 	if len(r.keys) > 0 {
 		b.WriteString(r.keysText())
 	}
