@@ -18,7 +18,6 @@ var (
 	t4 = t0.Add(4 * time.Second)
 	t5 = t0.Add(5 * time.Second)
 	t6 = t0.Add(6 * time.Second)
-	t9 = t0.Add(9 * time.Second)
 )
 
 // step is one request in a table: at an instant, of a cost, and the exact
