@@ -42,7 +42,7 @@ func (m *Manager) wake(p *Pool, now mono) {
 	}
 	o.asleep = false
 	p.flags.set(flagAsleep, false)
-	p.low.Store((o.size + 1) / 2)
+	p.low.Store(watermark(o.size))
 	if p.tokens.Load() < 0 { // evicted meanwhile
 		return
 	}
