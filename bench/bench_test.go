@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,13 +74,15 @@ func TestShortRun(t *testing.T) {
 	if rep.failover == nil || rep.failover.res.admitted == 0 {
 		t.Error("no failover run")
 	}
-	// The keys scenario measured every figure it reports.
+	// The keys scenario measured every figure it reports. (The sweep's CPU
+	// with nothing due is the process's less its idle CPU: about zero, and
+	// below it by noise, since quiet keys sleep out of the sweep.)
 	if len(rep.keys) != 1 {
 		t.Fatalf("keys scenario: %d sizes measured, want 1", len(rep.keys))
 	}
 	k := rep.keys[0]
 	if k.adaptive == nil || k.redis == nil || k.held == 0 || k.heapLive <= 0 || k.touched == 0 || k.nodeUS <= 0 ||
-		k.hold != 2000 || k.sweepPct <= 0 || k.heapHeld <= 0 || k.redisKeys == 0 || k.redisPerKey <= 0 {
+		k.hold != 2000 || math.IsNaN(k.sweepPct) || k.heapHeld <= 0 || k.redisKeys == 0 || k.redisPerKey <= 0 {
 		t.Errorf("keys scenario at 2000 keys: %+v", *k)
 	}
 }
