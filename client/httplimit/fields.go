@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/internal/sfv"
 )
 
 // The field names of draft-ietf-httpapi-ratelimit-headers-10, and the
@@ -102,36 +103,11 @@ func writeInteger(b *strings.Builder, n int64) {
 	b.WriteString(fmtInt(min(max(n, 0), maxInteger)))
 }
 
-// writeString writes s as a structured-field String (RFC 9651 §3.3.3):
-// quoted, with '"' and '\' escaped. Characters a String cannot hold are
-// dropped; rule names, letters, digits and "-_.", never have any.
-func writeString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c >= 0x20 && c <= 0x7e:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-}
+// writeString writes s as a structured-field String; rule names, letters,
+// digits and "-_.", never hold a character it would drop.
+func writeString(b *strings.Builder, s string) { sfv.WriteString(b, s) }
 
-// ceilSeconds is d in whole seconds, rounded up: a client told to wait
-// less than it must would only be refused again.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second) // not (d + 1s - 1ns) / 1s: that overflows near the largest Duration
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
+func ceilSeconds(d time.Duration) int64 { return sfv.CeilSeconds(d) }
 
 // retrySeconds is the Retry-After of a refusal: rounded up, and at least
 // one second, since 0 would invite an immediate retry that fails again.

@@ -3,12 +3,12 @@ package envoy
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/sfv"
 )
 
 // headers are the response headers a ShouldRateLimit answer asks Envoy to
@@ -38,7 +38,7 @@ func headers(mode rules.EnvoyHeaders, checks []check, overall rlspb.RateLimitRes
 	var out []*corepb.HeaderValue
 	add := func(k, v string) { out = append(out, &corepb.HeaderValue{Key: k, Value: v}) }
 	left := strconv.FormatInt(max(bind.d.Remaining, 0), 10)
-	reset := strconv.FormatInt(ceilSeconds(bind.reset()), 10)
+	reset := strconv.FormatInt(sfv.CeilSeconds(bind.reset()), 10)
 	var b strings.Builder
 	switch mode {
 	case rules.EnvoyHeadersXRateLimit:
@@ -48,10 +48,10 @@ func headers(mode rules.EnvoyHeaders, checks []check, overall rlspb.RateLimitRes
 				b.WriteString(", ")
 				b.WriteString(strconv.FormatUint(uint64(l.RequestsPerUnit), 10))
 				b.WriteString(";w=")
-				b.WriteString(strconv.FormatInt(ceilSeconds(l.Period()), 10))
+				b.WriteString(strconv.FormatInt(sfv.CeilSeconds(l.Period()), 10))
 				if l.Name != "" {
 					b.WriteString(";name=")
-					writeString(&b, l.Name)
+					sfv.WriteString(&b, l.Name)
 				}
 			}
 		}
@@ -64,21 +64,21 @@ func headers(mode rules.EnvoyHeaders, checks []check, overall rlspb.RateLimitRes
 				if b.Len() > 0 {
 					b.WriteString(", ")
 				}
-				writeString(&b, policyName(l))
+				sfv.WriteString(&b, policyName(l))
 				b.WriteString(";q=")
 				b.WriteString(strconv.FormatUint(uint64(l.RequestsPerUnit), 10))
 				b.WriteString(";w=")
-				b.WriteString(strconv.FormatInt(ceilSeconds(l.Period()), 10))
+				b.WriteString(strconv.FormatInt(sfv.CeilSeconds(l.Period()), 10))
 			}
 		}
 		add("ratelimit-policy", b.String())
 		b.Reset()
-		writeString(&b, policyName(bind.limit))
+		sfv.WriteString(&b, policyName(bind.limit))
 		b.WriteString(";r=" + left + ";t=" + reset)
 		add("ratelimit", b.String())
 	}
 	if overall == rlspb.RateLimitResponse_OVER_LIMIT {
-		add("retry-after", strconv.FormatInt(max(ceilSeconds(bind.reset()), 1), 10))
+		add("retry-after", strconv.FormatInt(max(sfv.CeilSeconds(bind.reset()), 1), 10))
 	}
 	return out
 }
@@ -124,30 +124,4 @@ func policyName(l *rules.EnvoyLimit) string {
 		return l.Name
 	}
 	return l.ID
-}
-
-// writeString writes s as a structured-field String (RFC 9651): quoted,
-// '"' and '\' escaped, and what a String cannot hold (outside printable
-// ASCII) dropped.
-func writeString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c >= 0x20 && c <= 0x7e:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-}
-
-// ceilSeconds is d in whole seconds, rounded up: a client told to wait
-// less than it must would only be refused again.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }
