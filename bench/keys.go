@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,7 +107,22 @@ func (s *session) keysLoad(out *keysResult, rep *report) error {
 	if err != nil {
 		return err
 	}
+	// The nodes' fixed costs first (their connections' header tables and
+	// buffers, the rule's metrics): a few keys of their own, touched and
+	// gone, so that the heap taken before the load counts keys only.
+	for node, cl := range h.clients {
+		for i := range 50 {
+			cl.Allow(context.Background(), r.Name, fmt.Sprintf("warm-%d-%d", node, i))
+		}
+	}
+	if !waitFor(3*r.Lease.TTL+5*time.Second, func() bool { return h.keys() == 0 }) {
+		progress("  warm-up: %d keys still held", h.keys())
+	}
+	s.commandStats()
 	before := heapAfterGC()
+	if err := writeHeapProfile(c.heapProfile, "before", out.keys); err != nil {
+		return err
+	}
 	w := s.measure(scenario, "allot adaptive", -1, h, l, r)
 	// Keys go idle half a TTL after their last request: take the heap at
 	// once, with what only the bench holds dropped.
@@ -119,6 +137,9 @@ func (s *session) keysLoad(out *keysResult, rep *report) error {
 	out.adaptive = &w
 	time.Sleep(2 * r.Lease.TTL)
 	idle := heapAfterGC()
+	if err := writeHeapProfile(c.heapProfile, "idle", out.keys); err != nil {
+		return err
+	}
 	out.heldIdle = h.keys()
 	if held > 0 {
 		out.heapIdle = (float64(idle) - float64(before)) / float64(held)
@@ -172,6 +193,10 @@ func (s *session) touchOnce(out *keysResult) error {
 	rate := c.keysTouchRate / float64(c.nodes)
 	progress("  touch once: %d keys on each of %d nodes at %.0f keys/s each", perNode, c.nodes, rate)
 	s.resetStats()
+	stop, err := startProfile(c.touchProfile, out.keys)
+	if err != nil {
+		return err
+	}
 	cpu0, alloc0, start := selfCPU(), s.allocCPU(), time.Now()
 	var wg sync.WaitGroup
 	for node := range c.nodes {
@@ -192,6 +217,7 @@ func (s *session) touchOnce(out *keysResult) error {
 	}
 	time.Sleep(200 * time.Millisecond) // the last returns, sent by goroutines of their own
 	wall := time.Since(start)
+	stop()
 	node := selfCPU() - cpu0 - time.Duration(float64(idle)*wall.Seconds())
 	alloc := s.allocCPU() - alloc0 - time.Duration(float64(allocIdle)*wall.Seconds())
 	out.touched, out.touchWall = perNode*c.nodes, wall
@@ -253,6 +279,42 @@ func (s *session) holdKeys(out *keysResult) error {
 	progress("  hold: %d keys held (%d at the end, %d in Redis): %.2f%% of a core over %v with %d Redis commands, heap %.0f B per key; Redis %.0f B per key",
 		held, h.keys(), out.redisKeys, out.sweepPct, window, out.windowCmds, out.heapHeld, out.redisPerKey)
 	return nil
+}
+
+// profilePath puts what and size before path's extension.
+func profilePath(path, what string, size int) string {
+	ext := filepath.Ext(path)
+	return fmt.Sprintf("%s-%s%d%s", strings.TrimSuffix(path, ext), what, size, ext)
+}
+
+// writeHeapProfile writes the heap profile of this moment; with no path it
+// does nothing.
+func writeHeapProfile(path, what string, size int) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(profilePath(path, what+"-", size))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.WriteHeapProfile(f)
+}
+
+// startProfile starts a CPU profile; with no path it does nothing.
+func startProfile(path string, size int) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(profilePath(path, "", size))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // pace calls f(0..n-1) at rate calls per second, in steps of 10ms.

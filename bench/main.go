@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,8 @@ type config struct {
 	keysHoldRate  float64
 	keysWindow    time.Duration
 	keysTTL       time.Duration
+	touchProfile  string
+	heapProfile   string
 	// Gubernator in the uniform scenario (bench/gubernator, a module of
 	// its own), and the algorithm its limit uses.
 	gubernator    bool
@@ -78,6 +81,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.Float64Var(&c.keysHoldRate, "keys-hold-rate", 10000, "keys scenario: keys per second the holding node touches")
 	fs.DurationVar(&c.keysWindow, "keys-window", 2*time.Second, "keys scenario: how long the CPU of a node holding every key, with nothing due, is measured")
 	fs.DurationVar(&c.keysTTL, "keys-ttl", 2*time.Second, "keys scenario: the rules' lease TTL")
+	fs.StringVar(&c.heapProfile, "keys-heapprofile", "", "keys scenario: write heap profiles before each load and two TTLs after it to this path, named before-N and idle-N (compare with pprof -base)")
+	fs.StringVar(&c.touchProfile, "touch-cpuprofile", "", "keys scenario: write a CPU profile of each touch-once phase to this path (the size is added before the extension)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of each run")
 	fs.DurationVar(&c.saturate, "saturate", 2*time.Second, "length of each throughput run")
 	fs.IntVar(&c.workers, "workers", 4, "goroutines per node")
@@ -207,6 +212,9 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
+	}
+	if cfg.heapProfile != "" {
+		runtime.MemProfileRate = 4096 // small enough to see what a few MB are made of
 	}
 	rep, err := run(cfg)
 	if err != nil {

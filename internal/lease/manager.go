@@ -210,11 +210,11 @@ type Manager struct {
 	// owned by the loop
 	pending     []*Pool
 	flushAt     mono
-	delayed     deadlines          // keys' next requests
-	timers      deadlines          // keys' next bookkeeping
-	sharing     map[*Pool]struct{} // keys holding a share: visited every sweep
-	leaving     []*Pool            // evicted in this turn
-	returns     []Return           // what evicted keys give back, for the next Release
+	delayed     deadlines // keys' next requests
+	timers      deadlines // keys' next bookkeeping
+	sharing     poolSet   // keys holding a share: visited every sweep
+	leaving     []*Pool   // evicted in this turn
+	returns     []Return  // what evicted keys give back, for the next Release
 	lastRelease mono
 	backoff     time.Duration
 	nextAttempt mono
@@ -242,7 +242,7 @@ func NewManager(cfg Config) *Manager {
 		results: make(chan result, 64),
 		delayed: deadlines{seq: func(p *Pool) *uint32 { return &p.own.delaySeq }},
 		timers:  deadlines{seq: func(p *Pool) *uint32 { return &p.own.timerSeq }},
-		sharing: make(map[*Pool]struct{}),
+		sharing: newPoolSet(),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		sync:    make(chan chan struct{}),
@@ -395,7 +395,7 @@ func (m *Manager) turn(now mono) {
 		}
 	}
 	m.forgetTables(now)
-	if len(m.sharing) > 0 && !now.Before(m.nextSweep) {
+	if m.sharing.len() > 0 && !now.Before(m.nextSweep) {
 		m.tick(now)
 		m.nextSweep = now.Add(m.cfg.Sweep)
 	}
@@ -421,7 +421,7 @@ func (m *Manager) nextWake() (mono, bool) {
 			wake, ok = at, true
 		}
 	}
-	if len(m.sharing) > 0 {
+	if m.sharing.len() > 0 {
 		consider(m.nextSweep)
 	}
 	if len(m.pending) > 0 && m.acquiring < m.cfg.MaxInFlight { // (else an answer wakes the loop)

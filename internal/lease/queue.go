@@ -32,13 +32,42 @@ func (h *deadlineHeap) Pop() any {
 	x := old[len(old)-1]
 	old[len(old)-1] = deadline{}
 	*h = old[:len(old)-1]
+	// A queue that held many keys and now holds few gives its array back
+	// (issue 9: a node's heap per idle key).
+	if n := len(*h); cap(old) > minQueueCap && n < cap(old)/4 {
+		*h = append(make(deadlineHeap, 0, 2*n), *h...)
+	}
 	return x
 }
+
+// minQueueCap is the array a queue keeps however few keys it holds.
+const minQueueCap = 64
 
 func (q *deadlines) push(p *Pool, at mono) {
 	s := q.seq(p)
 	*s++
+	if len(q.items) == cap(q.items) && len(q.items) >= minQueueCap {
+		q.compact()
+	}
 	heap.Push(&q.items, deadline{at: at, p: p, seq: *s})
+}
+
+// compact drops every stale entry, not only those at the top: a key that
+// left, or whose deadline moved, leaves an entry that would otherwise keep
+// its pool alive until the entry's instant came. It runs when the array is
+// full, before it would grow, so the queue never holds more than twice its
+// live entries for long, at an amortized O(1) a push.
+func (q *deadlines) compact() {
+	live := q.items[:0]
+	for _, d := range q.items {
+		if d.seq == *q.seq(d.p) {
+			live = append(live, d)
+		}
+	}
+	// A new array of twice the live entries: the next compaction is at least
+	// as many pushes away, and what the stale ones held is let go.
+	q.items = append(make(deadlineHeap, 0, max(2*len(live), minQueueCap)), live...)
+	heap.Init(&q.items)
 }
 
 // cancel makes the pool's live entry stale.

@@ -22,7 +22,9 @@ func (m *Manager) evict(now mono) {
 			m.drop(t)
 		}
 	}
+	clear(m.leaving) // (the array would keep the pools that left alive)
 	m.leaving = m.leaving[:0]
+	m.sharing.compact()
 	if len(m.returns) == 0 || (len(m.returns) < m.cfg.MaxBatch && now.Before(m.lastRelease.Add(releaseGap))) {
 		return
 	}
@@ -50,7 +52,7 @@ func (m *Manager) leave(p *Pool) (Return, bool) {
 		return Return{}, false
 	}
 	m.keys.Add(-1)
-	delete(m.sharing, p)
+	m.sharing.remove(p)
 	m.timers.cancel(p)
 	m.delayed.cancel(p)
 	p.table.keys.remove(p.key, p)

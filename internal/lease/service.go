@@ -10,7 +10,7 @@ import (
 // back to the key's other holders, and those idle with no other holder
 // leave. No other key costs the tick anything.
 func (m *Manager) tick(now mono) {
-	for p := range m.sharing {
+	for p := range m.sharing.m {
 		m.accrue(p, now)
 		m.expire(p, now)
 		m.taken(p, m.sample(p, now))
@@ -22,12 +22,13 @@ func (m *Manager) tick(now mono) {
 			continue
 		}
 		if p.own.shareRate() <= 0 { // it ended: back to its own deadlines
-			delete(m.sharing, p)
+			m.sharing.remove(p)
 			m.arm(p, now)
 			continue
 		}
 		m.sleep(p, now)
 	}
+	m.sharing.compact()
 }
 
 // service does a key's bookkeeping when one of its deadlines comes: the
@@ -63,7 +64,7 @@ func (m *Manager) service(p *Pool, now mono) {
 // share is the tick's.
 func (m *Manager) arm(p *Pool, now mono) {
 	o := &p.own
-	if _, ok := m.sharing[p]; ok || p.tokens.Load() < 0 {
+	if m.sharing.has(p) || p.tokens.Load() < 0 {
 		m.timers.cancel(p)
 		o.timerAt = 0
 		return
@@ -102,17 +103,17 @@ func (m *Manager) settled(p *Pool, now mono) {
 // share notes that the key holds a share (or no longer does).
 func (m *Manager) share(p *Pool, now mono) {
 	if p.own.shareRate() > 0 {
-		if _, ok := m.sharing[p]; !ok {
-			m.sharing[p] = struct{}{}
+		if !m.sharing.has(p) {
+			m.sharing.add(p)
 			m.timers.cancel(p)
 			p.own.timerAt = 0
-			if len(m.sharing) == 1 && !m.nextSweep.After(now) { // (a short lease may have brought it forward)
+			if m.sharing.len() == 1 && !m.nextSweep.After(now) { // (a short lease may have brought it forward)
 				m.nextSweep = now.Add(m.cfg.Sweep)
 			}
 		}
 		return
 	}
-	delete(m.sharing, p)
+	m.sharing.remove(p)
 }
 
 // taken reports lease admissions to the owner's metrics.

@@ -31,14 +31,14 @@ func TestQuietKeysCostNothing(t *testing.T) {
 	if sharing == 0 {
 		t.Fatal("no key holds a share after its first lease: the test no longer tests the lapse")
 	}
-	if n := len(f.m.sharing); n != 0 {
+	if n := f.m.sharing.len(); n != 0 {
 		t.Fatalf("%d quiet keys visited every sweep, want their shares asleep (sleep.go)", n)
 	}
 	f.step(2*time.Second, 50*time.Millisecond)
 	if n := tb.Len(); n != 0 {
 		t.Fatalf("%d keys left 2s after going quiet, want all evicted at their idle check", n)
 	}
-	if n := len(f.m.sharing); n != 0 {
+	if n := f.m.sharing.len(); n != 0 {
 		t.Fatalf("%d keys still visited every sweep after they left", n)
 	}
 	if _, ok := f.m.nextWake(); ok {

@@ -28,7 +28,7 @@ func (m *Manager) sleep(p *Pool, now mono) {
 		return
 	}
 	o.asleep = true
-	delete(m.sharing, p)
+	m.sharing.remove(p)
 	p.low.Store(math.MaxInt64)
 	p.flags.set(flagAsleep, true)
 	m.arm(p, now) // its deadlines: the lease's end, the served time, the idle check

@@ -29,7 +29,7 @@ func TestQuietSoleSharesSleepOutOfTheTick(t *testing.T) {
 		}
 	}
 	f.step(100*time.Millisecond, 5*time.Millisecond) // quiet for a few sweeps
-	if n := len(f.m.sharing); n != 0 {
+	if n := f.m.sharing.len(); n != 0 {
 		t.Fatalf("%d quiet keys still visited every sweep", n)
 	}
 	for i, p := range pools {
@@ -46,14 +46,14 @@ func TestQuietSoleSharesSleepOutOfTheTick(t *testing.T) {
 		t.Fatal("took more than the pool held")
 	}
 	f.settle()
-	if _, ok := f.m.sharing[q]; !ok {
+	if !f.m.sharing.has(q) {
 		t.Fatal("a refused Take did not wake the key's share")
 	}
 
 	p := pools[0]
 	p.Take(1)
 	f.settle()
-	if _, ok := f.m.sharing[p]; !ok {
+	if !f.m.sharing.has(p) {
 		t.Fatal("a Take did not wake the key's share")
 	}
 }
