@@ -44,13 +44,9 @@ type keysResult struct {
 	heapLive        float64 // node heap per key held then, bytes
 	heapIdle        float64 // the same, two lease TTLs later
 	heldIdle        int     // keys still held then
-	// Touch-once phase.
-	touched   int           // key touches: keys per node × nodes
-	touchWall time.Duration // from the first touch until the last key left
-	touchLeft int           // keys still held when the phase gave up waiting
-	nodeUS    float64       // node CPU per key touched once, µs
-	allocUS   float64       // allocator CPU per key touched once, µs
-	touchCmds float64       // Redis commands sent per key touched once
+	// Touch-once phase: a trickle of new keys (each Acquire call carries a
+	// key or two) and a flood (calls are full).
+	trickle, flood touchResult
 	// Hold phase.
 	hold        int     // keys the holding node held during the window
 	windowCmds  int64   // Redis commands sent during the window: ~0 if nothing was due
@@ -59,6 +55,19 @@ type keysResult struct {
 	redisPerKey float64 // Redis used_memory per key stored, bytes
 	redisKeys   int64   // keys of the hold rule stored in Redis: those that had a lease
 	samples     []string
+}
+
+// touchResult is what one touch-once run measured.
+type touchResult struct {
+	rate      float64       // keys touched per second, over all nodes
+	touched   int           // key touches: keys per node × nodes
+	wall      time.Duration // from the first touch until the last key left
+	left      int           // keys still held when the run gave up waiting
+	nodeUS    float64       // node CPU per key touched once, µs
+	allocUS   float64       // allocator CPU per key touched once, µs
+	cmds      float64       // Redis commands sent per key touched once
+	acquires  float64       // the nodes' Acquire calls per key touched once
+	releases  float64       // and their Release calls
 }
 
 // keysRule names the rule of one size and phase: no name is a prefix of
@@ -85,7 +94,12 @@ func (s *session) keysAt(size int, rep *report) (*keysResult, error) {
 	if err := s.keysLoad(out, rep); err != nil {
 		return nil, err
 	}
-	if err := s.touchOnce(out); err != nil {
+	c := s.cfg
+	var err error
+	if out.trickle, err = s.touchOnce(out.keys, "once", c.keysTouch, c.keysTouchRate); err != nil {
+		return nil, err
+	}
+	if out.flood, err = s.touchOnce(out.keys, "flood", c.keysFlood, c.keysFloodRate); err != nil {
 		return nil, err
 	}
 	if err := s.holdKeys(out); err != nil {
@@ -172,30 +186,30 @@ func (s *session) keysLoad(out *keysResult, rep *report) error {
 	return nil
 }
 
-// touchOnce has every node touch fresh keys once each, at a steady pace
-// the allocator keeps up with, and waits until every key has left the
-// nodes: the CPU of the nodes (this process, less its idle CPU over the
-// same time) and of the allocator, per key touched.
-func (s *session) touchOnce(out *keysResult) error {
+// touchOnce has every node touch fresh keys once each (min(size,
+// perNode) of them), rate keys per second over the fleet, and waits until
+// every key has left the nodes: the CPU of the nodes (this process, less
+// its idle CPU over the same time) and of the allocator, per key touched.
+func (s *session) touchOnce(size int, phase string, perNode int, rate float64) (touchResult, error) {
 	c := s.cfg
-	rule := keysRule(out.keys, "once")
-	h, err := newHybridVia(rule, c.nodes, func(int) []string { return []string{s.allocAddr} }, hybridOptions{id: "once"})
+	out := touchResult{rate: rate}
+	rule := keysRule(size, phase)
+	h, err := newHybridVia(rule, c.nodes, func(int) []string { return []string{s.allocAddr} }, hybridOptions{id: phase})
 	if err != nil {
-		return err
+		return out, err
 	}
 	defer h.close()
-	perNode := min(out.keys, c.keysTouch)
+	perNode = min(size, perNode)
 	names := make([]string, perNode)
 	for i := range names {
 		names[i] = "t" + strconv.Itoa(i)
 	}
 	idle, allocIdle := s.idleCPU(time.Second)
-	rate := c.keysTouchRate / float64(c.nodes)
-	progress("  touch once: %d keys on each of %d nodes at %.0f keys/s each", perNode, c.nodes, rate)
+	progress("  touch once (%s): %d keys on each of %d nodes at %.0f keys/s each", phase, perNode, c.nodes, rate/float64(c.nodes))
 	s.resetStats()
-	stop, err := startProfile(c.touchProfile, out.keys)
+	stop, err := startProfile(c.touchProfile, phase, size)
 	if err != nil {
-		return err
+		return out, err
 	}
 	cpu0, alloc0, start := selfCPU(), s.allocCPU(), time.Now()
 	var wg sync.WaitGroup
@@ -203,7 +217,7 @@ func (s *session) touchOnce(out *keysResult) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pace(rate, len(names), func(i int) { h.clients[node].Allow(context.Background(), rule, names[i]) })
+			pace(rate/float64(c.nodes), len(names), func(i int) { h.clients[node].Allow(context.Background(), rule, names[i]) })
 		}()
 	}
 	wg.Wait()
@@ -212,22 +226,24 @@ func (s *session) touchOnce(out *keysResult) error {
 	// keys stayed.
 	ttl := s.rule(rule).Lease.TTL
 	if !waitFor(3*ttl+5*time.Second, func() bool { return h.keys() == 0 }) {
-		out.touchLeft = h.keys()
-		progress("  touch once: %d keys still held %v after the last touch", out.touchLeft, 3*ttl+5*time.Second)
+		out.left = h.keys()
+		progress("  touch once (%s): %d keys still held %v after the last touch", phase, out.left, 3*ttl+5*time.Second)
 	}
 	time.Sleep(200 * time.Millisecond) // the last returns, sent by goroutines of their own
-	wall := time.Since(start)
+	out.wall = time.Since(start)
 	stop()
-	node := selfCPU() - cpu0 - time.Duration(float64(idle)*wall.Seconds())
-	alloc := s.allocCPU() - alloc0 - time.Duration(float64(allocIdle)*wall.Seconds())
-	out.touched, out.touchWall = perNode*c.nodes, wall
+	node := selfCPU() - cpu0 - time.Duration(float64(idle)*out.wall.Seconds())
+	alloc := s.allocCPU() - alloc0 - time.Duration(float64(allocIdle)*out.wall.Seconds())
+	out.touched = perNode * c.nodes
 	out.nodeUS = float64(node.Microseconds()) / float64(out.touched)
 	out.allocUS = float64(alloc.Microseconds()) / float64(out.touched)
 	sent, _ := s.commandStats()
-	out.touchCmds = float64(sent) / float64(out.touched)
-	progress("  touch once: %d touches in %v: node %.1f µs per key, allocator %.1f µs per key, %.1f Redis commands sent per key",
-		out.touched, wall.Round(10*time.Millisecond), out.nodeUS, out.allocUS, out.touchCmds)
-	return nil
+	out.cmds = float64(sent) / float64(out.touched)
+	out.acquires = float64(h.calls("Acquire")) / float64(out.touched)
+	out.releases = float64(h.calls("Release")) / float64(out.touched)
+	progress("  touch once (%s): %d touches in %v: node %.1f µs per key, allocator %.1f µs per key, %.2f Redis commands sent, %.3f Acquire and %.3f Release calls per key",
+		phase, out.touched, out.wall.Round(10*time.Millisecond), out.nodeUS, out.allocUS, out.cmds, out.acquires, out.releases)
+	return out, nil
 }
 
 // holdKeys has one more node hold N keys at once, then measures its CPU
@@ -302,11 +318,11 @@ func writeHeapProfile(path, what string, size int) error {
 }
 
 // startProfile starts a CPU profile; with no path it does nothing.
-func startProfile(path string, size int) (stop func(), err error) {
+func startProfile(path, what string, size int) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(profilePath(path, "", size))
+	f, err := os.Create(profilePath(path, what+"-", size))
 	if err != nil {
 		return nil, err
 	}

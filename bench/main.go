@@ -53,6 +53,8 @@ type config struct {
 	keysRun       time.Duration
 	keysTouch     int
 	keysTouchRate float64
+	keysFlood     int
+	keysFloodRate float64
 	keysHoldRate  float64
 	keysWindow    time.Duration
 	keysTTL       time.Duration
@@ -78,6 +80,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.keysRun, "keys-run", 10*time.Second, "keys scenario: length of each load run")
 	fs.IntVar(&c.keysTouch, "keys-touch", 2500, "keys scenario: keys each node touches once, at most (the size if smaller)")
 	fs.Float64Var(&c.keysTouchRate, "keys-touch-rate", 1000, "keys scenario: keys touched once per second, over all nodes")
+	fs.IntVar(&c.keysFlood, "keys-flood", 20000, "keys scenario: keys each node touches once in the flood run, at most (the size if smaller)")
+	fs.Float64Var(&c.keysFloodRate, "keys-flood-rate", 80000, "keys scenario: keys touched once per second in the flood run, over all nodes")
 	fs.Float64Var(&c.keysHoldRate, "keys-hold-rate", 10000, "keys scenario: keys per second the holding node touches")
 	fs.DurationVar(&c.keysWindow, "keys-window", 2*time.Second, "keys scenario: how long the CPU of a node holding every key, with nothing due, is measured")
 	fs.DurationVar(&c.keysTTL, "keys-ttl", 2*time.Second, "keys scenario: the rules' lease TTL")
@@ -133,6 +137,7 @@ func parseFlags(args []string) (*config, error) {
 		c.limit, c.workers = 2000, 2
 		c.distanceRTTs, c.distanceRun = []time.Duration{0, 200 * time.Millisecond}, 1500*time.Millisecond
 		c.keysSizes, c.keysRun, c.keysTouch, c.keysWindow, c.keysTTL = []int{2000}, 1500*time.Millisecond, 250, time.Second, time.Second
+		c.keysFlood = 1000
 	}
 	if c.burst == 0 {
 		c.burst = c.limit
@@ -148,8 +153,8 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("--duration and --distance-run must be at least 1s")
 	case c.distanceLimit < 1 || c.distanceBurst < 1:
 		return nil, errors.New("--distance-limit and --distance-burst must be positive")
-	case slices.Min(c.keysSizes) < 2 || c.keysTouch < 1 || c.keysTouchRate <= 0 || c.keysHoldRate <= 0:
-		return nil, errors.New("--keys-sizes must be at least 2, --keys-touch, --keys-touch-rate and --keys-hold-rate positive")
+	case slices.Min(c.keysSizes) < 2 || c.keysTouch < 1 || c.keysTouchRate <= 0 || c.keysFlood < 1 || c.keysFloodRate <= 0 || c.keysHoldRate <= 0:
+		return nil, errors.New("--keys-sizes must be at least 2, --keys-touch, --keys-touch-rate, --keys-flood, --keys-flood-rate and --keys-hold-rate positive")
 	case c.keysRun < time.Second || c.keysWindow < 100*time.Millisecond || c.keysTTL < 100*time.Millisecond:
 		return nil, errors.New("--keys-run must be at least 1s, --keys-window and --keys-ttl at least 100ms")
 	}

@@ -147,7 +147,7 @@ func (s *session) writeRules() error {
 	rule("skew", c.limit, c.burst, 1, c.burst)
 	rule("failover", c.limit, c.burst, 1, c.burst)
 	for _, size := range c.keysSizes {
-		for _, phase := range []string{"load", "once", "hold"} {
+		for _, phase := range []string{"load", "once", "flood", "hold"} {
 			ttl := c.keysTTL
 			if phase == "hold" {
 				ttl = holdTTL
@@ -254,7 +254,36 @@ func (s *session) measure(scenario, name string, lease int64, st strategy, l loa
 	}
 	progress("  %-22s admitted/ideal %.3f, worst 1s %.2fx, %.0f decisions/s saturated, p99 %v, Redis %.1f (%.1f) per 1k admitted",
 		name, float64(res.admitted)/row.ideal, row.worst, row.perSec, res.latency.quantile(0.99), row.cmdsClient, row.cmdsAll)
+	if res.perKeyOff != nil {
+		progress("  %-22s %s", "", lossByDemand(res, r, row.ideal))
+	}
 	return row
+}
+
+// lossByDemand says where the admissions short of the ideal were lost:
+// on keys offered less than half what the rule lets through over the run
+// (the long tail), on keys near it (half to twice), and on keys offered
+// more, as shares of the whole ideal.
+func lossByDemand(res *result, r *rules.Rule, ideal float64) string {
+	capacity := float64(r.Burst) + r.Rate()*res.elapsed.Seconds()
+	var lost [3]float64
+	var keys [3]int
+	for k, off := range res.perKeyOff {
+		if off == 0 {
+			continue
+		}
+		class := 0
+		switch {
+		case float64(off) > 2*capacity:
+			class = 2
+		case float64(off) >= capacity/2:
+			class = 1
+		}
+		keys[class]++
+		lost[class] += min(float64(off), capacity) - min(float64(res.perKeyAdm[k]), capacity)
+	}
+	return fmt.Sprintf("short of the ideal: %.4f on %d keys offered under half their limit, %.4f on %d near it, %.4f on %d above twice it",
+		lost[0]/ideal, keys[0], lost[1]/ideal, keys[1], lost[2]/ideal, keys[2])
 }
 
 // admittedAfter counts admissions after the warm-up: from the timeline for

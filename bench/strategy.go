@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -31,6 +32,7 @@ type strategy interface {
 type hybrid struct {
 	rule    string
 	clients []*client.Client
+	regs    []*prometheus.Registry // each client's metrics
 }
 
 func newHybrid(rule string, nodes int, allocators []string) (*hybrid, error) {
@@ -52,7 +54,8 @@ func newHybridVia(rule string, nodes int, via func(node int) []string, o hybridO
 		o.id = "node"
 	}
 	for i := range nodes {
-		c, err := client.New(client.Config{Allocators: via(i), NodeID: fmt.Sprintf("%s-%d", o.id, i),
+		reg := prometheus.NewRegistry()
+		c, err := client.New(client.Config{Allocators: via(i), NodeID: fmt.Sprintf("%s-%d", o.id, i), Registerer: reg,
 			Nodes: nodes, Logger: quiet, StartTimeout: 5*time.Second + 3*o.roundTrip,
 			RPCTimeout: 250*time.Millisecond + 2*o.roundTrip, Lease: client.LeaseConfig{TokensOnly: o.tokensOnly}})
 		if err != nil {
@@ -60,8 +63,34 @@ func newHybridVia(rule string, nodes int, via func(node int) []string, o hybridO
 			return nil, err
 		}
 		h.clients = append(h.clients, c)
+		h.regs = append(h.regs, reg)
 	}
 	return h, nil
+}
+
+// calls counts the allocator calls of one method (Acquire, Release) the
+// nodes made, over all nodes: the samples of allot_client_rpc_seconds.
+func (h *hybrid) calls(method string) uint64 {
+	var n uint64
+	for _, reg := range h.regs {
+		fams, err := reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, f := range fams {
+			if f.GetName() != "allot_client_rpc_seconds" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "method" && l.GetValue() == method {
+						n += m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+	}
+	return n
 }
 
 func (h *hybrid) decide(ctx context.Context, node int, key string) (bool, bool) {
