@@ -59,15 +59,15 @@ type keysResult struct {
 
 // touchResult is what one touch-once run measured.
 type touchResult struct {
-	rate      float64       // keys touched per second, over all nodes
-	touched   int           // key touches: keys per node × nodes
-	wall      time.Duration // from the first touch until the last key left
-	left      int           // keys still held when the run gave up waiting
-	nodeUS    float64       // node CPU per key touched once, µs
-	allocUS   float64       // allocator CPU per key touched once, µs
-	cmds      float64       // Redis commands sent per key touched once
-	acquires  float64       // the nodes' Acquire calls per key touched once
-	releases  float64       // and their Release calls
+	rate     float64       // keys touched per second, over all nodes
+	touched  int           // key touches: keys per node × nodes
+	wall     time.Duration // from the first touch until the last key left
+	left     int           // keys still held when the run gave up waiting
+	nodeUS   float64       // node CPU per key touched once, µs
+	allocUS  float64       // allocator CPU per key touched once, µs
+	cmds     float64       // Redis commands sent per key touched once
+	acquires float64       // the nodes' Acquire calls per key touched once
+	releases float64       // and their Release calls
 }
 
 // keysRule names the rule of one size and phase: no name is a prefix of
