@@ -24,6 +24,7 @@ func (m *Manager) grant(p *Pool, g Grant, now mono) {
 	m.sawHolders(g.Holders)
 	p.remaining.Store(g.Remaining)
 	p.flags.set(flagFresh, true)
+	p.own.short = g.Granted < f.want
 	// The TTL runs from when the request was sent, on this node's monotonic
 	// clock, and ends a sweep early: the sweep is when tokens are removed. A
 	// lease shorter than two sweeps (a window about to end) ends at half its

@@ -129,6 +129,7 @@ type managerState struct {
 	givingBack  bool // a request giving the share back is on its way
 	askedAgain  bool // demand was seen since the key's last request left
 	asleep      bool // its share sleeps out of the tick (sleep.go)
+	short       bool // its last grant fell short of what it asked for
 }
 
 // busyState is the part of a pool's bookkeeping that only a busy key

@@ -300,3 +300,30 @@ func TestShareOutlivesAnOutage(t *testing.T) {
 		t.Fatal("the share outlived its lease")
 	}
 }
+
+// Near the allocator, a key whose demand is under the rule's rate lives on
+// leases of tokens and gives back the share its first lease brought (it
+// was refused before that lease, so it asked for one); a key above the
+// rate keeps its share. Both admit what they may.
+func TestTokensSufficeBelowTheRate(t *testing.T) {
+	const T = 3 * time.Second
+	for _, c := range []struct {
+		name  string
+		rate  float64
+		share bool
+	}{{"200/s", 200, false}, {"1500/s", 1500, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFarFixture(t, 10*time.Millisecond, nil)
+			p := f.table("far").Pool("k")
+			took := f.drive(p, c.rate, T)
+			if p.Sharing() != c.share {
+				t.Fatalf("after %v at %s the key holds a share: %v, want %v", T, c.name, p.Sharing(), c.share)
+			}
+			r, _ := f.set.Get("far")
+			want := min(c.rate, r.Rate()) * (T - 10*time.Millisecond).Seconds() // none before the first answer
+			if float64(took) < 0.97*want {
+				t.Fatalf("took %d at %s, want at least 97%% of %.0f", took, c.name, want)
+			}
+		})
+	}
+}
