@@ -265,6 +265,9 @@ func (s *session) holdKeys(out *keysResult) error {
 	window := c.keysWindow
 	idle, _ := s.idleCPU(window)
 	before, mem0 := heapAfterGC(), s.usedMemory()
+	if err := writeHeapProfile(c.heapProfile, "unheld", out.keys); err != nil {
+		return err
+	}
 	progress("  hold: %d keys on one node at %.0f keys/s", out.keys, c.keysHoldRate)
 	s.resetStats()
 	pace(c.keysHoldRate, len(names), func(i int) { h.clients[0].Allow(context.Background(), rule, names[i]) })
@@ -276,6 +279,9 @@ func (s *session) holdKeys(out *keysResult) error {
 	held := h.keys()
 	mem1, stored := s.usedMemory(), s.countKeys("*"+rule+"*")
 	heap := heapAfterGC()
+	if err := writeHeapProfile(c.heapProfile, "hold", out.keys); err != nil {
+		return err
+	}
 	sent0, _ := s.commandStats()
 	cpu0 := selfCPU()
 	time.Sleep(window)
