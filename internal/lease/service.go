@@ -79,6 +79,9 @@ func (m *Manager) arm(p *Pool, now mono) {
 	if p.flags.is(flagServed) {
 		next = min(next, o.servedUntil)
 	}
+	if o.asleep && p.Holders() > 1 { // its share goes back once it is quiet
+		next = min(next, o.lastActive.Add(m.quietAfter(p, p.Rule())))
+	}
 	if !next.After(now) { // busy (a request on its way): look again later
 		next = now.Add(p.Rule().Lease.TTL / 2)
 	}

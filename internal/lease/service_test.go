@@ -124,8 +124,9 @@ func TestAcquireCallsInFlightAreBounded(t *testing.T) {
 	for i := range 1000 {
 		tb.Pool(fmt.Sprintf("k%d", i))
 	}
-	f.clk.Advance(2 * time.Millisecond)
-	waitFor(t, func() bool { return inFlight.Load() == 2 })
+	// The clock moves until two calls are out: keys still in the loop's inbox
+	// at one advance are batched at a later instant.
+	waitFor(t, func() bool { f.clk.Advance(time.Millisecond); return inFlight.Load() == 2 })
 	time.Sleep(20 * time.Millisecond) // no third call may leave
 	if got := most.Load(); got != 2 {
 		t.Fatalf("%d calls in flight, want at most 2", got)
@@ -139,8 +140,15 @@ func TestAcquireCallsInFlightAreBounded(t *testing.T) {
 			t.Fatalf("a call of %d keys, more than MaxBatch", n)
 		}
 	}
-	if items != 1000 || most.Load() != 2 {
-		t.Fatalf("%d keys asked in calls %v (most in flight %d), want all 1000 in full calls, 2 at a time", items, f.tr.calls(), most.Load())
+	// The first 1,000 items are the keys' first requests, in full calls;
+	// renewals of the first leases may follow (the clock moved on).
+	calls := f.tr.calls()
+	full := len(calls) >= 10
+	for i := 0; full && i < 10; i++ {
+		full = calls[i] == 100
+	}
+	if !full || items < 1000 || most.Load() != 2 {
+		t.Fatalf("%d keys asked in calls %v (most in flight %d), want all 1000 in full calls first, 2 at a time", items, calls, most.Load())
 	}
 }
 

@@ -198,12 +198,16 @@ func (m *Manager) tokensSuffice(p *Pool, r *rules.Rule) bool {
 // two sweeps; a busy key gives its share back within a few sweeps, a slow
 // one is not taken for gone between two requests.
 func (m *Manager) quiet(p *Pool, r *rules.Rule, now mono) bool {
-	o := &p.own
+	return now.Sub(p.own.lastActive) >= m.quietAfter(p, r)
+}
+
+// quietAfter is how long after its last demand a key is quiet.
+func (m *Manager) quietAfter(p *Pool, r *rules.Rule) time.Duration {
 	after := 2 * m.cfg.Sweep
-	if o.rate > 0 {
-		after = max(after, time.Duration(min(3/o.rate, 3600)*float64(time.Second)))
+	if rate := p.own.rate; rate > 0 {
+		after = max(after, time.Duration(min(3/rate, 3600)*float64(time.Second)))
 	}
-	return now.Sub(o.lastActive) >= min(after, r.Lease.TTL/2)
+	return min(after, r.Lease.TTL/2)
 }
 
 // renewAfter is how long after sending a request the node renews its share:

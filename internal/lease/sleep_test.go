@@ -73,3 +73,41 @@ func TestSharedKeysStayInTheTick(t *testing.T) {
 		t.Fatal("a shared key's share sleeps while busy")
 	}
 }
+
+// A quiet key with other holders sleeps out of the tick too, and still
+// gives its share back once it is quiet: the sleep ends then.
+func TestSharesWithOtherHoldersSleepUntilTheyGiveBack(t *testing.T) {
+	f := newFarFixture(t, 0, nil)
+	r, _ := f.set.Get("far")
+	f.tr.acquireAs(t, "n2", r, "k", 1) // another holder, to give it back to
+	p := f.table("far").Pool("k")
+	p.Refused(1)
+	p.Refused(1) // busy before its first request: it asks for a share
+	f.drive(p, 5, time.Second)
+	if !p.Sharing() || p.Holders() < 2 {
+		t.Fatalf("sharing %v with %d holders, want a share held with another node", p.Sharing(), p.Holders())
+	}
+	// Out of the tick within a few sweeps of its last request, its share
+	// still held. (drive delivers the allocator's answers; a renewal on its
+	// way keeps the key in the tick until it is back.)
+	slept := false
+	for waited := time.Duration(0); !slept && waited < 300*time.Millisecond; waited += 5 * time.Millisecond {
+		f.drive(p, 0, 5*time.Millisecond)
+		slept = !f.m.sharing.has(p) && p.Sharing()
+	}
+	if !slept {
+		t.Fatal("the quiet key stayed in the tick, or lost its share, over 300ms")
+	}
+	// Quiet is three of its inter-arrival times, at most half a TTL (its
+	// rate estimate falls while it is quiet): the share goes back then, or
+	// after the renewal on its way then.
+	for waited := time.Duration(0); p.Sharing() && waited < 2*time.Second; waited += 5 * time.Millisecond {
+		f.drive(p, 0, 5*time.Millisecond)
+	}
+	if quiet, within := f.m.now().Sub(p.own.lastActive), r.Lease.TTL/2+r.Lease.Refresh*6/5+100*time.Millisecond; p.Sharing() || quiet > within {
+		t.Fatalf("the share went back (%v) %v after the key's last demand, want within %v: half a TTL and a renewal", !p.Sharing(), quiet, within)
+	}
+	if l := f.tr.acquireAs(t, "n2", r, "k", r.Rate()); l.Rate != r.Rate() {
+		t.Fatalf("another node got a share of %g/s after the first went quiet, want the whole %g/s", l.Rate, r.Rate())
+	}
+}
