@@ -21,6 +21,49 @@ type load struct {
 	duration time.Duration
 	events   []event // things to do during the run, e.g. kill the allocator
 	saturate bool    // also measure the strategy's throughput, saturated
+	counts   *counts // where the per-key counts come from; nil: made per run
+}
+
+// counts lends the per-key count arrays of runs on many keys (a result's
+// two and each worker's two) and the keys' names, made once: the keys scenario makes them
+// before it takes the nodes' heap, so that a heap taken during a run counts
+// the nodes' keys, not the bench's arrays (half a gigabyte at 1,000,000
+// keys). Runs that share one must not overlap.
+type counts struct {
+	mu     sync.Mutex
+	keys   int
+	names  []string // the keys' names
+	arrays [][]int64
+	next   int
+}
+
+func newCounts(keys, arrays int) *counts {
+	c := &counts{keys: keys, names: keyNames(keys)}
+	for range arrays {
+		c.arrays = append(c.arrays, make([]int64, keys))
+	}
+	return c
+}
+
+// take lends the next array, zeroed; beyond those made, a new one.
+func (c *counts) take() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next >= len(c.arrays) {
+		return make([]int64, c.keys)
+	}
+	a := c.arrays[c.next]
+	c.next++
+	clear(a)
+	return a
+}
+
+// perKey makes or lends one per-key count array of l.
+func (l load) perKey() []int64 {
+	if l.counts != nil && l.counts.keys == l.keys {
+		return l.counts.take()
+	}
+	return make([]int64, l.keys)
 }
 
 type event struct {
@@ -47,6 +90,14 @@ type result struct {
 // keyName names key i; key 0 is the hottest under Zipf.
 func keyName(i int) string { return "k" + strconv.Itoa(i) }
 
+func keyNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = keyName(i)
+	}
+	return names
+}
+
 // drive offers the load open-loop: each worker owes decisions at its rate
 // and pays them as fast as the strategy allows; a worker more than 50 ms
 // behind skips the excess rather than queue without bound.
@@ -54,12 +105,17 @@ func drive(s strategy, l load) *result {
 	nodes := len(l.rates)
 	bins := int(l.duration/binWidth) + 1
 	r := &result{bins: make([]int64, bins), perNode: make([]int64, nodes)}
-	names := make([]string, l.keys)
-	for i := range names {
-		names[i] = keyName(i)
+	var names []string
+	if l.counts != nil && l.counts.keys == l.keys {
+		names = l.counts.names
+		l.counts.mu.Lock()
+		l.counts.next = 0 // (the previous run is over)
+		l.counts.mu.Unlock()
+	} else {
+		names = keyNames(l.keys)
 	}
 	if l.keys > 1 {
-		r.perKeyOff, r.perKeyAdm = make([]int64, l.keys), make([]int64, l.keys)
+		r.perKeyOff, r.perKeyAdm = l.perKey(), l.perKey()
 	}
 	sh := &shared{bins: make([]atomic.Int64, bins), fallbacks: make([]atomic.Int64, bins), perNode: make([]atomic.Int64, nodes)}
 	ctx, cancel := context.WithTimeout(context.Background(), l.duration)
@@ -130,7 +186,7 @@ func newWorker(l load, node, w int) *worker {
 	wr := &worker{node: node, rng: rand.New(rand.NewPCG(uint64(node), uint64(w)))}
 	if l.keys > 1 {
 		wr.zipf = rand.NewZipf(wr.rng, 1.1, 1, uint64(l.keys-1))
-		wr.perKeyOff, wr.perKeyAdm = make([]int64, l.keys), make([]int64, l.keys)
+		wr.perKeyOff, wr.perKeyAdm = l.perKey(), l.perKey()
 	}
 	return wr
 }
