@@ -148,12 +148,14 @@ func (s *session) writeRules() error {
 	rule("failover", c.limit, c.burst, 1, c.burst)
 	for _, size := range c.keysSizes {
 		for _, phase := range []string{"load", "once", "flood", "hold"} {
-			ttl := c.keysTTL
+			ttl, refresh := c.keysTTL, c.keysTTL/10
 			if phase == "hold" {
-				ttl = holdTTL
+				// No renewal may come due while the phase measures: touching a
+				// million keys at 10,000/s takes longer than a tenth of the TTL.
+				ttl, refresh = holdTTL, holdTTL/2
 			}
 			fmt.Fprintf(&b, "  - name: %s\n    algorithm: token_bucket\n    limit: %d\n    period: 1s\n"+
-				"    lease: { min: 1, max: %d, ttl: %v, refresh: %v }\n", keysRule(size, phase), c.keyLimit, c.keyLimit, ttl, ttl/10)
+				"    lease: { min: 1, max: %d, ttl: %v, refresh: %v }\n", keysRule(size, phase), c.keyLimit, c.keyLimit, ttl, refresh)
 		}
 	}
 	for _, rtt := range c.distanceRTTs {
