@@ -316,6 +316,21 @@ func (p *allocators) attempt(ctx context.Context, share bool) (context.Context, 
 	return context.WithTimeout(ctx, p.timeout())
 }
 
+// callerErr is the caller's own end of a call: ctx's error, or
+// DeadlineExceeded once ctx's deadline has passed even if its timer has not
+// fired yet. gRPC refuses a call whose deadline has passed as soon as it
+// sees it, which on a busy machine is before the context says it is done:
+// that failure is the caller's, not the allocator's.
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // verdict judges a failed attempt: whether its allocator is sick, and
 // whether another allocator may answer the call.
 func verdict(ctx context.Context, err error) (eject, next bool) {
@@ -326,11 +341,11 @@ func verdict(ctx context.Context, err error) (eject, next bool) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Unknown:
 		// No connection, no answer within the attempt's time (which may
 		// have been all of the caller's), or a broken one.
-		return true, ctx.Err() == nil
+		return true, callerErr(ctx) == nil
 	case codes.Canceled, codes.ResourceExhausted, codes.Aborted:
 		// Its connection closed as it left the list, or it sheds load:
 		// it is alive.
-		return false, ctx.Err() == nil
+		return false, callerErr(ctx) == nil
 	}
 	return false, false // a rejection: any allocator would say the same
 }

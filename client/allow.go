@@ -317,8 +317,8 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 		return Decision{}, fmt.Errorf("%w %q: %v", ErrUnknownRule, r.Name, err)
 	case status.Code(err) == codes.InvalidArgument:
 		return Decision{}, fmt.Errorf("allot: %w", err)
-	case ctx.Err() != nil:
-		return Decision{}, ctx.Err()
+	case callerErr(ctx) != nil:
+		return Decision{}, callerErr(ctx)
 	}
 	c.logMode("allot: strict rule decided without the allocator", "rule", r.Name, "failure", r.Failure.String(), "err", err)
 	if r.Failure == rules.FailClosed {
