@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/bucket"
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/lease"
 	"github.com/allot-dev/allot/internal/rules"
@@ -225,12 +226,17 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 		rs.counts.decide(false, ModeFallback)
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, spend{}, nil
 	}
-	share := p.Fallback()
 	nodes := c.nodesFor(p.Holders())
-	if left, ok := p.LeftCentrally(); ok {
-		share.Cap(r, nodes, now, left/int64(nodes))
+	left, capped := p.LeftCentrally()
+	var share *fallback.Share
+	var bd bucket.Decision
+	for ok := false; !ok; { // again on the fresh share if the manager retired this one
+		share = p.Fallback()
+		if capped {
+			share.Cap(r, nodes, now, left/int64(nodes))
+		}
+		bd, ok = share.TryAllowN(r, nodes, now, n)
 	}
-	bd := share.AllowN(r, nodes, now, n)
 	if bd.Allowed {
 		p.Consumed(n)
 	} else {

@@ -143,6 +143,15 @@ func (b *TokenBucket) Cap(now time.Time, n int64) {
 	b.mu.Unlock()
 }
 
+// Full reports whether the bucket holds its whole capacity at now, refill
+// up to now counted: a bucket made anew would decide as this one.
+func (b *TokenBucket) Full(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advanceLocked(now.UnixNano())
+	return b.tokens == b.capacity
+}
+
 // advanceLocked credits the time from the latest instant seen to t. An
 // earlier t credits nothing and leaves last alone: crediting on the way
 // back and again on the way forward would mint the same interval twice.

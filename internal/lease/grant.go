@@ -36,6 +36,7 @@ func (m *Manager) grant(p *Pool, g Grant, now mono) {
 	}
 	p.own.servedUntil = f.sent.Add(g.TTL)
 	p.flags.set(flagServed, true)
+	p.retireFallback(m.clk)
 	m.accrue(p, now) // the old share, up to the answer
 	m.setShare(p, f, g, now)
 	if (g.Granted > 0 || g.Rate > 0) && expiry.After(now) {

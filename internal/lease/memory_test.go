@@ -132,3 +132,27 @@ func leaseAll(b *testing.B, m *Manager, clk *clock.Fake, tr *grantAll, want int)
 	}
 	b.Fatalf("%d of %d requests answered after a minute", tr.answered.Load(), want)
 }
+
+// TestGrantLetsTheFallbackShareGo: the fallback share a new key drew on
+// while its first lease was on its way (about 90 bytes) is let go when the
+// allocator answers; the key stays as long as the share would have taken
+// to fill again.
+func TestGrantLetsTheFallbackShareGo(t *testing.T) {
+	f := newFixture(t)
+	r, _ := f.set.Get("r")
+	p := f.table("r").Pool("k")
+	share := p.Fallback()
+	if d := share.AllowN(r, 2, f.clk.Now(), 100); !d.Allowed { // 100 of 500, refilling at 500/s
+		t.Fatalf("fallback: %+v", d)
+	}
+	f.step(2*time.Millisecond, time.Millisecond)
+	if !p.Served() || p.fallback.Load() != nil {
+		t.Fatalf("served %v; share still held: %v", p.Served(), p.fallback.Load() != nil)
+	}
+	if _, ok := share.TryAllowN(r, 2, f.clk.Now(), 1); ok {
+		t.Fatal("the share let go still decides")
+	}
+	if got, want := idleAfter(p), fillTime(r); got != want {
+		t.Errorf("a key whose share was let go while refilling stays %v idle, want the fill time %v", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-dev/allot/internal/clock"
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -34,9 +35,10 @@ type Pool struct {
 	consumed      atomic.Int64
 	consumedSince atomic.Int64
 	// fallback is the key's share of the rule on this node, limit/N, made
-	// the first time the key is decided without a lease. It lives with the
-	// pool, which stays until the share would be full again, so that a key
-	// back after a pause does not start from a fresh share.
+	// the first time the key is decided without a lease, and let go at the
+	// next grant (retireFallback). The pool stays until the share would
+	// have been full again (flagRefilling), so that a key back after a
+	// pause does not start as a new key, on a fresh share.
 	fallback  atomic.Pointer[fallback.Share]
 	notBefore atomic.Int64 // the mono before which no refill is sent
 	// remaining is what the allocator had left for the key after its last
@@ -68,6 +70,9 @@ const (
 	// flagAsleep: the key's share sleeps (sleep.go): the first Take, or a
 	// Take refused, wakes it.
 	flagAsleep
+	// flagRefilling: a fallback share was let go before it was full again;
+	// the pool stays as long as it would have (idleAfter).
+	flagRefilling
 )
 
 // flags holds a pool's yes/no states in one atomic word, where an
@@ -262,6 +267,26 @@ func (p *Pool) Fallback() *fallback.Share {
 	}
 	p.fallback.CompareAndSwap(nil, &fallback.Share{})
 	return p.fallback.Load()
+}
+
+// retireFallback lets the key's fallback share go at a grant: about 90
+// bytes a key that the allocator serves. The grant's news supersedes what
+// the share held: what the key admitted from it before has been reported
+// or paid from the lease (payInFlight), and a fallback after this grant
+// caps its share at the node's part of what the allocator had left
+// (LeftCentrally). A fresh share, made if the key falls back, is full, so
+// under that cap it decides as the old one would have, unless the old one
+// held less than the cap: it then admits up to the difference more, out of
+// tokens the allocator had left. now is clk's wall time, the shares' time.
+func (p *Pool) retireFallback(clk clock.Clock) {
+	s := p.fallback.Load()
+	if s == nil {
+		return
+	}
+	if !s.Retire(clk.Now()) {
+		p.flags.set(flagRefilling, true)
+	}
+	p.fallback.CompareAndSwap(s, nil)
 }
 
 // Sharing reports whether the pool earns a share of the rule's rate: its

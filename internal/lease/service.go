@@ -219,12 +219,12 @@ func (m *Manager) idle(p *Pool, now mono) bool {
 }
 
 // idleAfter is how long a key without demand stays: half a lease TTL, and,
-// if it has a fallback share, until that share would be full again (the
-// rule's fill time): forgetting it earlier would hand the key a fresh
-// burst.
+// if it has a fallback share or let one go before it was full, until that
+// share would be full again (the rule's fill time): forgetting it earlier
+// would hand the key a fresh burst.
 func idleAfter(p *Pool) time.Duration {
 	r := p.Rule()
-	if p.fallback.Load() != nil {
+	if p.fallback.Load() != nil || p.flags.is(flagRefilling) {
 		return max(r.Lease.TTL/2, fillTime(r))
 	}
 	return r.Lease.TTL / 2
