@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -10,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
-	"github.com/allot-dev/allot/internal/bucket"
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/lease"
 	"github.com/allot-dev/allot/internal/rules"
@@ -193,7 +193,11 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 				spend{pool: p, gen: gen, n: n}, nil
 		}
 		if left >= 0 {
-			return c.withoutLease(ctx, rs, p, key, n, central)
+			d, sp, err := c.withoutLease(ctx, rs, p, key, n, central)
+			if err == errDecideAgain {
+				continue
+			}
+			return d, sp, err
 		}
 		// The pool was evicted under us; the table now has a fresh one.
 	}
@@ -212,7 +216,7 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 	// A served key waits for its next lease; so does a key whose share of
 	// the rate still runs while the allocator is down: that share is its
 	// limit until the lease ends, and only then does the fallback take over.
-	if c.closed.Load() || (p.Served() && (!down || p.Sharing())) {
+	if c.closed.Load() || leaseDecides(p, down) {
 		p.Refused(n)
 		rs.counts.decide(false, ModeLease)
 		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n), Mode: ModeLease, Rule: r.Name}, spend{}, nil
@@ -226,17 +230,20 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 		rs.counts.decide(false, ModeFallback)
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, spend{}, nil
 	}
-	nodes := c.nodesFor(p.Holders())
-	left, capped := p.LeftCentrally()
-	var share *fallback.Share
-	var bd bucket.Decision
-	for ok := false; !ok; { // again on the fresh share if the manager retired this one
-		share = p.Fallback()
-		if capped {
-			share.Cap(r, nodes, now, left/int64(nodes))
-		}
-		bd, ok = share.TryAllowN(r, nodes, now, n)
+	share := p.Fallback()
+	if leaseDecides(p, down) {
+		// A grant came since this request found the pool empty, and let
+		// the key's share go: decide again, on what it brought. A fresh
+		// share, full, would admit the requests caught in that instant a
+		// burst of their own: on saturated CPUs, many (TestDistance at 1 s:
+		// 1.09 of burst + rate in a second).
+		return Decision{}, spend{}, errDecideAgain
 	}
+	nodes := c.nodesFor(p.Holders())
+	if left, ok := p.LeftCentrally(); ok {
+		share.Cap(r, nodes, now, left/int64(nodes))
+	}
+	bd := share.AllowN(r, nodes, now, n)
 	if bd.Allowed {
 		p.Consumed(n)
 	} else {
@@ -255,6 +262,11 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 	}
 	return d, spend{pool: p, share: share, n: n}, nil
 }
+
+// leaseDecides reports whether the key's lease decides, not its fallback
+// share: the allocator serves it, and is reachable or gave it a share of
+// the rate that runs until the lease ends.
+func leaseDecides(p *lease.Pool, down bool) bool { return p.Served() && (!down || p.Sharing()) }
 
 // awaitFirstLease waits, at most Lease.FirstLeaseWait and within ctx, for
 // the first answer on a key whose fallback share can admit nothing (a burst
@@ -295,6 +307,10 @@ func leaseRetry(p *lease.Pool, r *rules.Rule, n int64) time.Duration {
 	made := time.Duration(min(float64(n)/r.Rate()*float64(time.Second), math.MaxInt64/2))
 	return max(p.RetryIn(), made, time.Millisecond)
 }
+
+// errDecideAgain tells take that a grant came while withoutLease decided:
+// the key is served now, and the request goes through the pool again.
+var errDecideAgain = errors.New("allot: decide again")
 
 // overCapShare names the fallback share that the keys a full key table
 // leaves without a pool draw on together: not a valid key, so no key's.

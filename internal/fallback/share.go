@@ -14,59 +14,36 @@ import (
 // burst/N at rate/N. It follows N as the fleet changes.
 type Share struct {
 	mu    sync.Mutex
-	nodes int // retiredNodes once Retire let it go
+	nodes int
 	rule  *rules.Rule
 	tb    *bucket.TokenBucket // nil when burst/N rounds to zero: deny
 }
 
-// retiredNodes marks a retired share in its nodes: no share is ever sized
-// for fewer than one node.
-const retiredNodes = -1
-
-// AllowN decides n tokens at now with the fleet at nodes. A retired share
-// denies: only a share's owner retires it, and it decides with TryAllowN.
+// AllowN decides n tokens at now with the fleet at nodes.
 func (s *Share) AllowN(r *rules.Rule, nodes int, now time.Time, n int64) bucket.Decision {
-	d, ok := s.TryAllowN(r, nodes, now, n)
-	if !ok {
-		return bucket.Decision{Limit: r.Limit, RetryAfter: r.Period}
-	}
-	return d
-}
-
-// TryAllowN is AllowN on a share that may have been retired: it reports
-// false, and decides nothing, when it was; the caller decides on the share
-// that replaced it.
-func (s *Share) TryAllowN(r *rules.Rule, nodes int, now time.Time, n int64) (bucket.Decision, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.nodes == retiredNodes {
-		return bucket.Decision{}, false
-	}
 	if s.rule != r || s.nodes != nodes {
 		s.resize(r, nodes, now)
 	}
 	if s.tb == nil {
 		// The fleet's share rounds to nothing per node: the rule's limit is
 		// smaller than the fleet. Denying keeps the fleet within the limit.
-		return bucket.Decision{Limit: r.Limit, RetryAfter: r.Period}, true
+		return bucket.Decision{Limit: r.Limit, RetryAfter: r.Period}
 	}
 	d, err := s.tb.AllowN(now, n)
 	if err != nil { // a cost above this node's share of the burst
-		return bucket.Decision{Limit: r.Limit, RetryAfter: r.Period}, true
+		return bucket.Decision{Limit: r.Limit, RetryAfter: r.Period}
 	}
 	d.Limit = r.Limit
-	return d, true
+	return d
 }
 
 // Cap keeps at most n tokens in the share: a key that falls back after
-// leases starts from what the fleet had left, not from a full share. It
-// does nothing to a retired share.
+// leases starts from what the fleet had left, not from a full share.
 func (s *Share) Cap(r *rules.Rule, nodes int, now time.Time, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.nodes == retiredNodes {
-		return
-	}
 	if s.rule != r || s.nodes != nodes {
 		s.resize(r, nodes, now)
 	}
@@ -75,20 +52,12 @@ func (s *Share) Cap(r *rules.Rule, nodes int, now time.Time, n int64) {
 	}
 }
 
-// Retire lets the share go: from then on it decides nothing (TryAllowN
-// reports false), so that a request that raced with the retirement decides
-// on the share that replaced it, never on both. It reports whether the
-// share was full at now (or never used), when a fresh one decides as it
-// would; a second Retire reports true.
-func (s *Share) Retire(now time.Time) (full bool) {
+// Full reports whether the share holds its whole burst/N at now (or was
+// never used, or admits nothing): a fresh share would decide as it does.
+func (s *Share) Full(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.nodes == retiredNodes {
-		return true
-	}
-	full = s.tb == nil || s.tb.Full(now)
-	s.nodes, s.rule, s.tb = retiredNodes, nil, nil
-	return full
+	return s.tb == nil || s.tb.Full(now)
 }
 
 // Refund gives back n tokens that AllowN took for a request that did not
@@ -96,7 +65,7 @@ func (s *Share) Retire(now time.Time) (full bool) {
 func (s *Share) Refund(n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.tb != nil { // (nil once retired: a full share takes nothing back)
+	if s.tb != nil {
 		s.tb.Deposit(n)
 	}
 }

@@ -79,41 +79,22 @@ func TestSharesKeepSlowRefills(t *testing.T) {
 	}
 }
 
-// TestShareRetire: a retired share decides nothing, so a request that raced
-// with the retirement goes to the fresh share and no token is admitted by
-// both; Retire says whether a fresh share would decide the same (full, or
-// never used).
-func TestShareRetire(t *testing.T) {
+// TestShareFull: a share is full when a fresh one would decide as it does:
+// never used, or refilled to its whole burst/N.
+func TestShareFull(t *testing.T) {
 	r := rule(t, 10, 10, time.Second) // 5 tokens a node at 2 nodes, 5/s
 	t0 := time.Unix(1_800_000_000, 0)
-	var unused Share
-	if !unused.Retire(t0) {
-		t.Error("a share never used did not retire as full")
+	var s Share
+	if !s.Full(t0) {
+		t.Error("a share never used is not full")
 	}
-	for _, c := range []struct {
-		after time.Duration
-		full  bool
-	}{{399 * time.Millisecond, false}, {400 * time.Millisecond, true}} {
-		var s Share
-		if d := s.AllowN(r, 2, t0, 2); !d.Allowed || d.Remaining != 3 {
-			t.Fatalf("2 of 5: %+v", d)
-		}
-		if full := s.Retire(t0.Add(c.after)); full != c.full {
-			t.Errorf("retired %v after spending 2 of 5 at 5/s: full %v, want %v", c.after, full, c.full)
-		}
-		if !s.Retire(t0.Add(time.Second)) {
-			t.Error("a second Retire did not report full")
-		}
-		if d, ok := s.TryAllowN(r, 2, t0.Add(time.Second), 1); ok {
-			t.Errorf("a retired share decided: %+v", d)
-		}
-		if d := s.AllowN(r, 2, t0.Add(time.Second), 1); d.Allowed {
-			t.Errorf("a retired share admitted: %+v", d)
-		}
-		s.Cap(r, 2, t0.Add(time.Second), 1)
-		s.Refund(1)
-		if _, ok := s.TryAllowN(r, 2, t0.Add(time.Second), 1); ok {
-			t.Error("Cap or Refund brought a retired share back")
-		}
+	if d := s.AllowN(r, 2, t0, 2); !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("2 of 5: %+v", d)
+	}
+	if s.Full(t0.Add(399 * time.Millisecond)) {
+		t.Error("full with 4.99 of 5 tokens")
+	}
+	if !s.Full(t0.Add(400 * time.Millisecond)) {
+		t.Error("not full with 5 of 5 tokens")
 	}
 }

@@ -104,21 +104,20 @@ type managerState struct {
 	expiry      mono  // when the newest lease's tokens die; zero: no lease
 	servedUntil mono
 	// busy holds what only a busy key needs; nil reads as all zeros.
-	busy       *busyState
-	rate       float64 // EWMA of demand, tokens per second
-	lastTaken  int64
-	lastSample mono
-	lastActive mono
-	fastRate   float64 // EWMA of demand over two sweeps: how fast a share follows a surge
-	size       int64   // the lease size to ask for
-	epoch      int64
-	inFlight   *flight
-	seq        uint64  // the sequence number of the key's last request
-	unacked    *flight // a request that failed, to be sent again as it was
-	timerAt    mono    // when the live timer entry is due; zero: none
-	// overflow is what the key's share earned beyond the pool's cap, to be
-	// given back (share.go).
-	overflow int64
+	busy *busyState
+	// rate is the EWMA of demand, tokens per second; fastRate the same over
+	// two sweeps: how fast a share follows a surge. float32 keeps seven
+	// digits, more than a lease size or a share needs, in half the bytes.
+	rate, fastRate float32
+	lastTaken      int64
+	lastSample     mono
+	lastActive     mono
+	size           int64 // the lease size to ask for
+	epoch          int64
+	inFlight       *flight
+	seq            uint64  // the sequence number of the key's last request
+	unacked        *flight // a request that failed, to be sent again as it was
+	timerAt        mono    // when the live timer entry is due; zero: none
 
 	// The pool's live entries in the request queue and the timer queue.
 	// 32 bits are plenty: a stale entry would be taken for the live one
@@ -159,6 +158,9 @@ type busyState struct {
 	shareEnd  mono
 	accrued   float64
 	shareCap  int64
+	// overflow is what the share earned beyond the pool's cap, to be given
+	// back (share.go).
+	overflow int64
 }
 
 // makeBusy returns the key's busy state, making it the first time.
@@ -167,6 +169,17 @@ func (o *managerState) makeBusy() *busyState {
 		o.busy = &busyState{}
 	}
 	return o.busy
+}
+
+// takeOverflow returns what the key's share earned beyond the pool's cap,
+// to give back, and clears it.
+func (o *managerState) takeOverflow() int64 {
+	if o.busy == nil {
+		return 0
+	}
+	n := o.busy.overflow
+	o.busy.overflow = 0
+	return n
 }
 
 // carry is what older leases left that dies before the newest lease.
@@ -260,7 +273,8 @@ func (p *Pool) Tokens() int64 { return max(p.tokens.Load(), 0) }
 // Served reports whether the allocator is deciding for this key.
 func (p *Pool) Served() bool { return p.flags.is(flagServed) }
 
-// Fallback returns the key's fallback share, making it the first time.
+// Fallback returns the key's fallback share, making it when there is none:
+// the first time, or after a grant let it go (retireFallback).
 func (p *Pool) Fallback() *fallback.Share {
 	if s := p.fallback.Load(); s != nil {
 		return s
@@ -271,22 +285,27 @@ func (p *Pool) Fallback() *fallback.Share {
 
 // retireFallback lets the key's fallback share go at a grant: about 90
 // bytes a key that the allocator serves. The grant's news supersedes what
-// the share held: what the key admitted from it before has been reported
-// or paid from the lease (payInFlight), and a fallback after this grant
-// caps its share at the node's part of what the allocator had left
-// (LeftCentrally). A fresh share, made if the key falls back, is full, so
-// under that cap it decides as the old one would have, unless the old one
-// held less than the cap: it then admits up to the difference more, out of
-// tokens the allocator had left. now is clk's wall time, the shares' time.
+// the share held: what the key admitted from it has been reported or paid
+// from the lease (payInFlight), and a fallback after this grant caps its
+// share at the node's part of what the allocator had left (LeftCentrally).
+// A fresh share, made if the key falls back later, is full, so under that
+// cap it decides as the old one would have, unless the old one held less
+// than the cap: it then admits up to the difference more, out of tokens the
+// allocator had left. A request that found the pool empty before the grant
+// may still decide on the old share, as it would have a moment earlier;
+// one that comes to the share after, finds the key served and decides
+// again (the client's withoutLease). clk gives the shares' wall time.
 func (p *Pool) retireFallback(clk clock.Clock) {
 	s := p.fallback.Load()
-	if s == nil {
+	if s == nil || !p.fallback.CompareAndSwap(s, nil) {
 		return
 	}
-	if !s.Retire(clk.Now()) {
+	if !s.Full(clk.Now()) {
 		p.flags.set(flagRefilling, true)
 	}
-	p.fallback.CompareAndSwap(s, nil)
+	// A request deciding on the old share may have read the grant's news
+	// (LeftCentrally) for it: the next share needs it too.
+	p.flags.set(flagFresh, true)
 }
 
 // Sharing reports whether the pool earns a share of the rule's rate: its

@@ -60,11 +60,10 @@ func (m *Manager) leave(p *Pool) (Return, bool) {
 	o := &p.own
 	o.asleep = false
 	p.flags.set(flagAsleep, false)
-	tokens := o.overflow
+	tokens := o.takeOverflow()
 	if left > 0 && !o.expiry.IsZero() {
 		tokens += left
 	}
-	o.overflow = 0
 	if o.busy != nil {
 		o.busy.share = 0
 	}

@@ -144,9 +144,8 @@ func (m *Manager) send(pools []*Pool, now mono) {
 		f := m.retry(p, r, now)
 		if f == nil {
 			f = &flight{want: m.wantTokens(p), wantRate: m.wantRate(p, r, now), sent: now,
-				returned: o.overflow, returnedEpoch: o.epoch, seq: m.nextSeq(p)}
+				returned: o.takeOverflow(), returnedEpoch: o.epoch, seq: m.nextSeq(p)}
 			f.consumed, f.age = p.takeConsumed(now)
-			o.overflow = 0
 		}
 		o.inFlight, o.sent = f, true
 		reqs[i] = Request{Rule: p.table.name, Key: p.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age,

@@ -182,11 +182,12 @@ func (m *Manager) sample(p *Pool, now mono) int64 {
 		o.lastActive, o.askedAgain = now, true
 	}
 	alpha := 1 - math.Exp(-elapsed.Seconds()/m.cfg.RateWindow.Seconds())
-	o.rate += alpha * (float64(demand)/elapsed.Seconds() - o.rate)
+	seen := float64(demand) / elapsed.Seconds()
+	rate := float64(o.rate) + alpha*(seen-float64(o.rate))
 	fast := 1 - math.Exp(-elapsed.Seconds()/(2*m.cfg.Sweep).Seconds())
-	o.fastRate += fast * (float64(demand)/elapsed.Seconds() - o.fastRate)
+	o.rate, o.fastRate = float32(rate), float32(float64(o.fastRate)+fast*(seen-float64(o.fastRate)))
 	r := p.Rule()
-	m.resize(p, r, o.rate*r.Lease.Refresh.Seconds())
+	m.resize(p, r, rate*r.Lease.Refresh.Seconds())
 	return took
 }
 

@@ -64,10 +64,10 @@ func (m *Manager) accrue(p *Pool, now mono) {
 	whole := math.Floor(b.accrued)
 	b.accrued -= whole
 	n := int64(min(whole, float64(capacity+b.shareCap)))
-	defer func() { o.overflow = min(o.overflow, capacity) }()
+	defer func() { b.overflow = min(b.overflow, capacity) }()
 	left := p.tokens.Load()
 	if left < 0 || o.expiry.IsZero() || !now.Before(o.expiry) { // evicted, or no lease to hold them
-		o.overflow += n
+		b.overflow += n
 		return
 	}
 	in := min(n, max(b.shareCap-left, 0))
@@ -75,7 +75,7 @@ func (m *Manager) accrue(p *Pool, now mono) {
 		p.tokens.Add(in)
 		o.credited += in
 	}
-	o.overflow += n - in
+	b.overflow += n - in
 }
 
 // setShare starts the share a grant brought. While the request was on its
@@ -154,9 +154,9 @@ func (m *Manager) wantRate(p *Pool, r *rules.Rule, now mono) float64 {
 	// The fast estimate leads when demand surges (load moving onto this
 	// node), but only once it rests on a few requests: a slow key's fast
 	// estimate swings between nothing and several times its rate.
-	rate := o.rate
-	if o.fastRate > 2*rate && o.fastRate*(2*m.cfg.Sweep).Seconds() >= 4 {
-		rate = o.fastRate
+	rate, fast := float64(o.rate), float64(o.fastRate)
+	if fast > 2*rate && fast*(2*m.cfg.Sweep).Seconds() >= 4 {
+		rate = fast
 	}
 	return min(shareHeadroom*rate, r.Rate())
 }
@@ -190,7 +190,7 @@ func (m *Manager) wantTokens(p *Pool) int64 {
 // at its second request (TestDistance at 50 ms: 0.985 of the ideal instead
 // of 0.994).
 func (m *Manager) tokensSuffice(p *Pool, r *rules.Rule) bool {
-	return !p.own.short && !m.farOrUnknown(r) && p.own.rate*float64(max(p.Holders(), m.cfg.Nodes(), 1)) < r.Rate()
+	return !p.own.short && !m.farOrUnknown(r) && float64(p.own.rate)*float64(max(p.Holders(), m.cfg.Nodes(), 1)) < r.Rate()
 }
 
 // quiet reports whether the key has had no demand for long enough that its
@@ -204,7 +204,7 @@ func (m *Manager) quiet(p *Pool, r *rules.Rule, now mono) bool {
 // quietAfter is how long after its last demand a key is quiet.
 func (m *Manager) quietAfter(p *Pool, r *rules.Rule) time.Duration {
 	after := 2 * m.cfg.Sweep
-	if rate := p.own.rate; rate > 0 {
+	if rate := float64(p.own.rate); rate > 0 {
 		after = max(after, time.Duration(min(3/rate, 3600)*float64(time.Second)))
 	}
 	return min(after, r.Lease.TTL/2)
