@@ -139,12 +139,17 @@ func (s *session) keysLoad(out *keysResult, rep *report) error {
 	// the long tail's keys had mostly left by the time the run's counts were
 	// added up (9 keys held at 1,000,000 keys).
 	var live uint64
+	var liveErr error
 	la := l
 	la.events = append(slices.Clip(l.events), event{at: l.duration - 250*time.Millisecond, what: "the nodes' heap and keys", do: func() {
 		live, out.held = heapAfterGC(), h.keys()
+		liveErr = writeHeapProfile(c.heapProfile, "live", out.keys)
 	}})
 	w := s.measure(scenario, "allot adaptive", -1, h, la, r)
 	w.res.perKeyOff, w.res.perKeyAdm = nil, nil // (the arrays stay in l.counts, as they were in before)
+	if liveErr != nil {
+		return liveErr
+	}
 	if out.held > 0 {
 		out.heapLive = (float64(live) - float64(before)) / float64(out.held)
 	}

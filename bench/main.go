@@ -85,7 +85,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.Float64Var(&c.keysHoldRate, "keys-hold-rate", 10000, "keys scenario: keys per second the holding node touches")
 	fs.DurationVar(&c.keysWindow, "keys-window", 5*time.Second, "keys scenario: how long the CPU of a node holding every key, with nothing due, is measured (and its idle CPU before: at 2s the figure moved by ±2.5% of a core from run to run)")
 	fs.DurationVar(&c.keysTTL, "keys-ttl", 2*time.Second, "keys scenario: the rules' lease TTL")
-	fs.StringVar(&c.heapProfile, "keys-heapprofile", "", "keys scenario: write heap profiles to this path: before each load and two TTLs after it (before-N, idle-N), before and during the hold phase (unheld-N, hold-N); compare with pprof -base")
+	fs.StringVar(&c.heapProfile, "keys-heapprofile", "", "keys scenario: write heap profiles to this path: before each load, with its keys live and two TTLs after it (before-N, live-N, idle-N), before and during the hold phase (unheld-N, hold-N); compare with pprof -base")
 	fs.StringVar(&c.touchProfile, "touch-cpuprofile", "", "keys scenario: write a CPU profile of each touch-once phase to this path (the size is added before the extension)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of each run")
 	fs.DurationVar(&c.saturate, "saturate", 2*time.Second, "length of each throughput run")
