@@ -240,7 +240,7 @@ func TestHungAllocatorIsEjectedThenProbedBack(t *testing.T) {
 		leased(t, n, "hot", "k")
 	}
 	failed0 := p.failedAcquires()
-	var during, times, times0 []float64
+	var during, times, times0, ejected0 []float64
 	var failedDuring float64
 	var strict *load
 	l := p.runWithStrict(&strict, 6*time.Second, func(sec int) {
@@ -248,8 +248,9 @@ func TestHungAllocatorIsEjectedThenProbedBack(t *testing.T) {
 		case 1:
 			// Ejections count from the cut: on a busy machine a slow
 			// answer before it may eject the allocator (and a call
-			// restore it), which is not the hang's doing.
-			times0 = p.ejections(1)
+			// restore it), which is not the hang's doing; one still out
+			// at the cut stays out without a new ejection.
+			times0, ejected0 = p.ejections(1), p.ejected(1)
 			p.proxy.Cut(true)
 		case 4:
 			during, times, failedDuring = p.ejected(1), p.ejections(1), p.failedAcquires()-failed0
@@ -278,8 +279,11 @@ func TestHungAllocatorIsEjectedThenProbedBack(t *testing.T) {
 	if !all(during, 1) {
 		t.Errorf("the hung allocator is ejected %v on the nodes, want 1 on each", during)
 	}
-	if !all(times, 1) {
-		t.Errorf("the hung allocator was ejected %v times on the nodes, want once each: not flapped between", times)
+	for i, n := range times {
+		if n != 1 && (n != 0 || ejected0[i] != 1) {
+			t.Errorf("the hung allocator was ejected %v times on the nodes during the hang (out at the cut: %v), want once each, or none on a node where it was already out: not flapped between", times, ejected0)
+			break
+		}
 	}
 	if in := l.second(2) + l.second(3); float64(in) < 0.9*2*r.Rate() {
 		t.Errorf("admitted %d in seconds 2-3 with one allocator hung, under 90%% of %.0f", in, 2*r.Rate())

@@ -231,12 +231,12 @@ func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool,
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, spend{}, nil
 	}
 	share := p.Fallback()
-	if leaseDecides(p, down) {
+	if leaseDecides(p, c.mgr.Down()) {
 		// A grant came since this request found the pool empty, and let
-		// the key's share go: decide again, on what it brought. A fresh
-		// share, full, would admit the requests caught in that instant a
-		// burst of their own: on saturated CPUs, many (TestDistance at 1 s:
-		// 1.09 of burst + rate in a second).
+		// the key's share go: decide again, on what it brought. A share
+		// made after the grant, full, would admit the requests caught in
+		// that instant a burst of their own.
+		p.DropFallback(share, now)
 		return Decision{}, spend{}, errDecideAgain
 	}
 	nodes := c.nodesFor(p.Holders())
@@ -339,8 +339,9 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 		return Decision{}, fmt.Errorf("%w %q: %v", ErrUnknownRule, r.Name, err)
 	case status.Code(err) == codes.InvalidArgument:
 		return Decision{}, fmt.Errorf("allot: %w", err)
-	case callerErr(ctx) != nil:
-		return Decision{}, callerErr(ctx)
+	}
+	if err := callerErr(ctx); err != nil {
+		return Decision{}, err
 	}
 	c.logMode("allot: strict rule decided without the allocator", "rule", r.Name, "failure", r.Failure.String(), "err", err)
 	if r.Failure == rules.FailClosed {

@@ -156,3 +156,29 @@ func TestGrantLetsTheFallbackShareGo(t *testing.T) {
 		t.Errorf("a key whose share was let go while refilling stays %v idle, want the fill time %v", got, want)
 	}
 }
+
+// TestFallbackIsNeverNil: a grant may let the share go between Fallback's
+// swap and its load; Fallback still returns a share (a nil one panicked the
+// request that decided on it).
+func TestFallbackIsNeverNil(t *testing.T) {
+	p := &Pool{}
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p.retireFallback(clk)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 2_000_000 {
+		if p.Fallback() == nil {
+			t.Fatalf("Fallback returned nil at call %d", i)
+		}
+	}
+}

@@ -140,8 +140,8 @@ type managerState struct {
 // needs: the carry of older leases and a share of the rule's rate. A key
 // gets one the first time it needs it (a lease arrives while tokens are
 // left, or a share comes with one) and keeps it while it lives; the many
-// keys touched once or now and then never do, and save its 64 bytes (less
-// the pointer).
+// keys touched once or now and then never do, and save its 72 bytes (an
+// 80 B allocation, less the pointer).
 type busyState struct {
 	// carry is what was left of older leases when a newer one arrived; those
 	// tokens still die at carryExpiry. takenAtCarry is taken() at that moment.
@@ -276,11 +276,23 @@ func (p *Pool) Served() bool { return p.flags.is(flagServed) }
 // Fallback returns the key's fallback share, making it when there is none:
 // the first time, or after a grant let it go (retireFallback).
 func (p *Pool) Fallback() *fallback.Share {
-	if s := p.fallback.Load(); s != nil {
-		return s
+	for { // never nil: a grant may let a share go between a swap and a load
+		if s := p.fallback.Load(); s != nil {
+			return s
+		}
+		if s := new(fallback.Share); p.fallback.CompareAndSwap(nil, s) {
+			return s
+		}
 	}
-	p.fallback.CompareAndSwap(nil, &fallback.Share{})
-	return p.fallback.Load()
+}
+
+// DropFallback lets s go if it is still the key's share and full, as a
+// fresh one would be: for a request that made it and then found the key
+// served (it needs no share).
+func (p *Pool) DropFallback(s *fallback.Share, now time.Time) {
+	if s.Full(now) {
+		p.fallback.CompareAndSwap(s, nil)
+	}
 }
 
 // retireFallback lets the key's fallback share go at a grant: about 90
