@@ -317,8 +317,11 @@ func TestRedisEveryKeyHasTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ttl <= 0 { // -1ns: no TTL
-			t.Errorf("key %q has PTTL %v, want a positive TTL", k, ttl)
+		switch {
+		case ttl == -2: // (-2ns) expired between the SCAN and the PTTL
+			continue
+		case ttl < 0: // -1ns: no TTL (0: one expiring within the millisecond)
+			t.Errorf("key %q has PTTL %v, want a TTL", k, ttl)
 		}
 		tag, _, _ := strings.Cut(strings.SplitN(k, ":", 3)[1], "@") // a window's period follows its algorithm
 		tags[tag]++
