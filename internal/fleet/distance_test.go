@@ -25,6 +25,24 @@ func tokenBucket(limit, burst int64) string {
 	return fmt.Sprintf("  - name: r\n    algorithm: token_bucket\n    limit: %d\n    period: 1s\n    burst: %d\n    lease: { ttl: 2s }\n", limit, burst)
 }
 
+// withTTL gives a rule the lease TTL a node suggests for its round trip
+// (four of them) where the 2 s of tokenBucket would be two or fewer: at a
+// second, 2 s is exactly two round trips, so each lease ends a sweep before
+// its renewal's answer arrives (one request in flight per key), and what
+// its share earned just before is removed with it. Once the shares'
+// earning instants line up with the lease ends (about 10 s into a run, in
+// two full-suite runs of five) every node lost a token per TTL: the 20/s
+// rule fell from 0.91 to 0.83 of the ideal. That is the edge of what the
+// node warns against ("lease.ttl is shorter than two round trips"), a gap
+// of its own (see the README), not what this matrix measures.
+func withTTL(yaml string, rtt time.Duration) string {
+	const ttl = 2 * time.Second // tokenBucket's
+	if 2*rtt < ttl {
+		return yaml
+	}
+	return strings.Replace(yaml, "ttl: 2s", fmt.Sprintf("ttl: %v", 4*rtt), 1)
+}
+
 // runLength is how long each fleet is driven: six seconds, or long enough
 // for the rule to make 300 tokens. A rate split over the fleet lags a
 // central bucket by up to a token per node (each node's share earns a
@@ -61,7 +79,7 @@ func TestDistance(t *testing.T) {
 			for _, multiple := range []float64{2, 50} {
 				name := fmt.Sprintf("rtt=%v/%s/load=%gx", rtt, rule.name, multiple)
 				t.Run(name, func(t *testing.T) {
-					f := newFleet(t, spec{rule: rule.yaml, roundTrip: rtt})
+					f := newFleet(t, spec{rule: withTTL(rule.yaml, rtt), roundTrip: rtt})
 					r := f.load(runLength(f.rule.Rate()), uniform(f.rule, multiple))
 					got := r.report(t, name)
 					r.checkBounds(t)
