@@ -4,9 +4,9 @@ package lease
 // whose pool is full, with its renewal queued, and that was asked nothing
 // for two sweeps would earn nothing but overflow there: its share sleeps
 // instead, out of the tick, so that a node holding a long tail of such keys
-// (each touched now and then) sweeps only the ones in use. The share is still held: the
-// pool keeps its flag (the node's limit when the allocator is away), its
-// lease and its renewal. It wakes when the hot path next takes from the pool
+// (each touched now and then) sweeps only the ones in use. The share is
+// still held: the pool keeps its flag (the node's limit when the allocator
+// is away), its lease and its renewal. It wakes when the hot path next takes from the pool
 // (its watermark is set above any level, so the first Take asks), when a
 // Take is refused, or when the manager next handles the key (a renewal due,
 // a grant, a deadline); waking, it earns what it would have earned meanwhile
