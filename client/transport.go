@@ -40,7 +40,8 @@ func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lea
 	grants := make([]lease.Grant, len(resp.GetLeases()))
 	for i, l := range resp.GetLeases() {
 		grants[i] = lease.Grant{Granted: l.GetGranted(), Remaining: l.GetRemaining(), TTL: l.GetTtl().AsDuration(),
-			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch(), Rate: l.GetRate()}
+			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch(), Rate: l.GetRate(),
+			FullFor: l.GetFullFor().AsDuration(), FullInTTL: l.GetFullInTtl().AsDuration()}
 	}
 	return grants, resp.GetRulesVersion(), nil
 }

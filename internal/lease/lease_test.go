@@ -27,6 +27,7 @@ type storeTransport struct {
 	releaseCalls atomic.Int64
 	returned     atomic.Int64 // tokens given back with Acquires
 	last         []Request    // the newest Acquire's requests, under mu
+	lastGrants   []Grant      // and their answers, under mu
 	down         atomic.Bool
 	during       func() // runs inside Acquire, while the request is in flight
 	reject       string // a key whose presence fails the whole batch
@@ -85,8 +86,11 @@ func (tr *storeTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant,
 	out := make([]Grant, len(ls))
 	for i, l := range ls {
 		out[i] = Grant{Granted: l.Granted, Remaining: l.Remaining, TTL: l.TTL, RetryAfter: l.RetryAfter, Holders: l.Holders,
-			Epoch: l.Epoch, Rate: l.Rate}
+			Epoch: l.Epoch, Rate: l.Rate, FullFor: l.FullFor, FullInTTL: l.FullInTTL}
 	}
+	tr.mu.Lock()
+	tr.lastGrants = append(tr.lastGrants[:0], out...)
+	tr.mu.Unlock()
 	return out, tr.set.Version(), nil
 }
 

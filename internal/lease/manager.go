@@ -39,6 +39,10 @@ type Grant struct {
 	// Rate is the share of the rule's rate lent with the lease, tokens per
 	// second, from the answer until the request's send time plus TTL.
 	Rate float64
+	// FullFor and FullInTTL: the central bucket had been full for FullFor
+	// when the request arrived, and for FullInTTL at least, in all, of the
+	// TTL before; see oweInFlight.
+	FullFor, FullInTTL time.Duration
 }
 
 // Return gives unused tokens back.

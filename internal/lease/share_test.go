@@ -101,6 +101,12 @@ rules:
     period: 1s
     burst: 100
     lease: { ttl: 2s, refresh: 1500ms }
+  - name: deep
+    algorithm: token_bucket
+    limit: 1000
+    period: 1s
+    burst: 1000
+    lease: { ttl: 2s, refresh: 200ms }
 `
 
 // newFarFixture is a one-node fixture on farRules with the allocator rtt

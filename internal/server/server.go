@@ -124,6 +124,7 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 			Rule: r.Name, Key: reqs[i].Key, Granted: l.Granted, Ttl: durationpb.New(l.TTL),
 			RetryAfter: durationpb.New(l.RetryAfter), Holders: uint32(l.Holders),
 			Limit: r.Limit, Remaining: l.Remaining, Epoch: l.Epoch, Rate: l.Rate,
+			FullFor: optDuration(l.FullFor), FullInTtl: optDuration(l.FullInTTL),
 		}
 		s.metrics.observeLease(r.Name, reqs[i].Want, l.Granted, l.Holders)
 	}
@@ -338,4 +339,13 @@ func storeFull(op string, err error) error {
 		st = d
 	}
 	return st.Err()
+}
+
+// optDuration is d on the wire, or nothing when it is zero: a field most
+// answers leave out costs them no allocation.
+func optDuration(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
 }

@@ -19,7 +19,7 @@ import (
 // state is one (rule, key). What a field holds depends on the algorithm.
 type state struct {
 	tokens  float64    // token bucket: tokens held; windows: count of the current window
-	prev    float64    // sliding window: count of the previous window
+	prev    float64    // sliding window: count of the previous window; token bucket: see belowSince
 	stamp   int64      // token bucket: µs of the last refill; windows: the window index
 	log     []logEntry // sliding log: the admitted requests, oldest first
 	holders map[string]holder
@@ -41,10 +41,15 @@ type holder struct {
 }
 
 // newState is what a missing key means: a full bucket, an empty window.
+// A bucket's state expires only once it is full, so a missing bucket is
+// full; it counts as full for two lease TTLs (its stamp is that far back),
+// which for a key never seen is short of the truth, and for one forgotten a
+// moment ago is not: its last tokens came in while nobody asked for them
+// (see fullness).
 func newState(r *rules.Rule, now int64) *state {
 	st := &state{}
 	if r.Algorithm == rules.TokenBucket {
-		st.tokens, st.stamp = float64(r.Burst), now
+		st.tokens, st.stamp = float64(r.Burst), now-2*r.Lease.TTL.Microseconds()
 	}
 	return st
 }
@@ -86,9 +91,15 @@ func ratePerSecond(r *rules.Rule) float64 { return float64(r.Limit) * 1e6 / floa
 // ended. Shares never sum above the rate, so the bucket only grows over the
 // interval and capping it at the end is exact. A clock that steps back
 // earns nothing and does not move the stamp back.
-func (st *state) refill(r *rules.Rule, now int64) {
+//
+// It returns how long the bucket has been full at now, in µs, as far as
+// what it could not hold tells: the overflow at the part of the rate no
+// share holds at now. Shares only end between two refills, so that part
+// only grew over the interval, and the answer is never more than the
+// truth. 0 when it is below capacity.
+func (st *state) refill(r *rules.Rule, now int64) int64 {
 	if now <= st.stamp {
-		return
+		return 0
 	}
 	var lent []float64
 	for _, h := range st.holders {
@@ -97,8 +108,48 @@ func (st *state) refill(r *rules.Rule, now int64) {
 		}
 	}
 	earned := float64(now-st.stamp)*ratePerUS(r) - sortedSum(lent)
-	st.tokens = math.Min(float64(r.Burst), st.tokens+math.Max(earned, 0))
+	sum := st.tokens + math.Max(earned, 0)
+	st.tokens = math.Min(float64(r.Burst), sum)
+	full := int64(0)
+	if over := sum - float64(r.Burst); over > 0 {
+		full = now - st.stamp
+		if free := ratePerUS(r) - st.lentRate(now)/1e6; free > 0 {
+			full = int64(math.Min(math.Floor(over/free), float64(full)))
+		}
+	}
+	if st.prev > 0 {
+		st.prev += float64(now - st.stamp - full)
+	}
 	st.stamp = now
+	return full
+}
+
+// A token bucket's prev is its belowSince: when positive, prev-1 is how
+// many µs the bucket has been below capacity, at most, since it was last
+// full for a whole lease TTL (or was missing). refill adds to it, fullness
+// starts it afresh and drops it once it reaches a TTL. (It is p in the
+// scripts' layout, which versions before it wrote as 0: nothing known.)
+
+// fullness tells a holder's request how much of the rule's rate the bucket
+// could not hold before the request arrived: it had been full for fullFor
+// µs then (full, from refill), and for fullInTTL µs at least, in all, of
+// the TTL before. While it was full, what a node's fallback share earned
+// was refill the bucket lost, so the node may keep it; the rest of what the
+// share admitted while the request was on its way the bucket earned too
+// and lent to others, and the node owes it (lease.Manager.oweInFlight).
+// Both are 0 when nothing is known. It also keeps belowSince.
+func (st *state) fullness(full, ttl int64) (fullFor, fullInTTL int64) {
+	switch {
+	case full >= ttl:
+		st.prev = 1
+	case st.prev > 0 && int64(st.prev)-1 >= ttl:
+		st.prev = 0
+	}
+	fullInTTL = full
+	if st.prev > 0 {
+		fullInTTL = max(fullInTTL, ttl-(int64(st.prev)-1))
+	}
+	return min(full, ttl), min(fullInTTL, ttl)
 }
 
 // sortedSum adds xs in ascending order, so that the scripts, which meet the
@@ -358,7 +409,7 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 
 func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	capacity, rate := float64(r.Burst), ratePerUS(r)
-	st.refill(r, now)
+	fullFor, fullInTTL := st.fullness(st.refill(r, now), ttl)
 	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned)
 	st.tokens = math.Min(capacity, st.tokens+float64(credited))
 	st.debitBucket(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge)
@@ -366,7 +417,8 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
 	st.lent(req.Node, g)
-	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Rate: st.lendRate(r, req.Node, ttl)}
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Rate: st.lendRate(r, req.Node, ttl),
+		FullFor: us(fullFor), FullInTTL: us(fullInTTL)}
 	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 	if g < req.Want {
 		need := math.Min(float64(req.Want-g), capacity)

@@ -214,15 +214,12 @@ func (s *Redis) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, er
 	}
 	out := make([]Lease, len(reqs))
 	for i, v := range replies {
-		if len(v) != 7 {
-			return nil, badReply("acquire", v)
-		}
 		ints, rate, err := leaseReply(v)
 		if err != nil {
 			return nil, err
 		}
 		out[i] = Lease{Granted: ints[0], Remaining: ints[1], TTL: us(ints[2]), RetryAfter: us(ints[3]),
-			Holders: int(ints[4]), Epoch: ints[5], Rate: rate}
+			Holders: int(ints[4]), Epoch: ints[5], Rate: rate, FullFor: us(ints[6]), FullInTTL: us(ints[7])}
 	}
 	return out, nil
 }
@@ -276,14 +273,24 @@ func badReply(op string, v []any) error {
 	return fmt.Errorf("store: redis %s script replied %v", op, v)
 }
 
-// leaseReply reads an acquire script's reply: six integers, then the rate
-// lent as a string (Redis would truncate a Lua number to an integer).
-func leaseReply(v []any) ([6]int64, float64, error) {
-	var ints [6]int64
-	for i := range ints {
-		n, ok := v[i].(int64)
-		if !ok {
+// leaseReply reads an acquire script's reply: six integers, the rate lent
+// as a string (Redis would truncate a Lua number to an integer), then, from
+// a token bucket's script, its fullness: two more integers (µs).
+func leaseReply(v []any) ([8]int64, float64, error) {
+	var ints [8]int64
+	if len(v) != 7 && len(v) != 9 { // 9: a token bucket's, with its fullness
+		return ints, 0, badReply("acquire", v)
+	}
+	for i, x := range v {
+		if i == 6 {
+			continue
+		}
+		n, ok := x.(int64)
+		if !ok || i > 6 && n < 0 {
 			return ints, 0, badReply("acquire", v)
+		}
+		if i > 6 {
+			i--
 		}
 		ints[i] = n
 	}

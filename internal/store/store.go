@@ -67,6 +67,11 @@ type Lease struct {
 	// Rate is the share of the rule's refill rate lent to the node for TTL,
 	// in tokens per second; the central bucket does not earn it meanwhile.
 	Rate float64
+	// FullFor and FullInTTL (token buckets): the central bucket had been
+	// full for FullFor when the request arrived, and for FullInTTL at least,
+	// in all, of the TTL before; both 0 when nothing is known. See
+	// allotv1.Lease.
+	FullFor, FullInTTL time.Duration
 }
 
 // Return gives back tokens of a lease.

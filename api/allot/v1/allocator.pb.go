@@ -401,7 +401,19 @@ type Lease struct {
 	// a key's holders never sum above the rule's rate. Zero when the node
 	// asked for none (want_rate 0), as older nodes do, or the rule has no
 	// steady rate to share (window rules).
-	Rate          float64 `protobuf:"fixed64,10,opt,name=rate,proto3" json:"rate,omitempty"`
+	Rate float64 `protobuf:"fixed64,10,opt,name=rate,proto3" json:"rate,omitempty"`
+	// Token buckets: when the request arrived, the central bucket had been
+	// full for full_for, and for full_in_ttl at least, in all, of the lease
+	// TTL before. While it was full it lost its refill, so what the node's
+	// fallback share (limit/N) earned meanwhile while the request was on its
+	// way passes no limit; so does what it earned on the way back, up to the
+	// rate lent, which the bucket stopped earning on arrival. The rest of
+	// what that share admitted in flight the bucket earned too, and the node
+	// owes it. Both zero when nothing is known (a lease answered again, a
+	// window rule, an allocator before these fields): the node keeps
+	// nothing, as the way back may have taken no time.
+	FullFor       *durationpb.Duration `protobuf:"bytes,11,opt,name=full_for,json=fullFor,proto3" json:"full_for,omitempty"`
+	FullInTtl     *durationpb.Duration `protobuf:"bytes,12,opt,name=full_in_ttl,json=fullInTtl,proto3" json:"full_in_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -504,6 +516,20 @@ func (x *Lease) GetRate() float64 {
 		return x.Rate
 	}
 	return 0
+}
+
+func (x *Lease) GetFullFor() *durationpb.Duration {
+	if x != nil {
+		return x.FullFor
+	}
+	return nil
+}
+
+func (x *Lease) GetFullInTtl() *durationpb.Duration {
+	if x != nil {
+		return x.FullInTtl
+	}
+	return nil
 }
 
 type ReleaseRequest struct {
@@ -1183,7 +1209,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x03seq\x18\t \x01(\x04R\x03seq\"_\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +
-	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\"\xa8\x02\n" +
+	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\"\x99\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -1196,7 +1222,9 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\tremaining\x18\b \x01(\x03R\tremaining\x12\x14\n" +
 	"\x05epoch\x18\t \x01(\x03R\x05epoch\x12\x12\n" +
 	"\x04rate\x18\n" +
-	" \x01(\x01R\x04rate\"U\n" +
+	" \x01(\x01R\x04rate\x124\n" +
+	"\bfull_for\x18\v \x01(\v2\x19.google.protobuf.DurationR\afullFor\x129\n" +
+	"\vfull_in_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\tfullInTtl\"U\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\areturns\x18\x02 \x03(\v2\x10.allot.v1.ReturnR\areturns\"\\\n" +
@@ -1299,30 +1327,32 @@ var file_allot_v1_allocator_proto_depIdxs = []int32{
 	5,  // 2: allot.v1.AcquireResponse.leases:type_name -> allot.v1.Lease
 	16, // 3: allot.v1.Lease.ttl:type_name -> google.protobuf.Duration
 	16, // 4: allot.v1.Lease.retry_after:type_name -> google.protobuf.Duration
-	7,  // 5: allot.v1.ReleaseRequest.returns:type_name -> allot.v1.Return
-	16, // 6: allot.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	16, // 7: allot.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	13, // 8: allot.v1.GetRulesResponse.rules:type_name -> allot.v1.Rule
-	0,  // 9: allot.v1.Rule.algorithm:type_name -> allot.v1.Algorithm
-	16, // 10: allot.v1.Rule.period:type_name -> google.protobuf.Duration
-	1,  // 11: allot.v1.Rule.failure:type_name -> allot.v1.Failure
-	15, // 12: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
-	14, // 13: allot.v1.Rule.overrides:type_name -> allot.v1.KeyOverride
-	16, // 14: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
-	16, // 15: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
-	2,  // 16: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
-	6,  // 17: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
-	9,  // 18: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
-	11, // 19: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
-	4,  // 20: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
-	8,  // 21: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
-	10, // 22: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
-	12, // 23: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	16, // 5: allot.v1.Lease.full_for:type_name -> google.protobuf.Duration
+	16, // 6: allot.v1.Lease.full_in_ttl:type_name -> google.protobuf.Duration
+	7,  // 7: allot.v1.ReleaseRequest.returns:type_name -> allot.v1.Return
+	16, // 8: allot.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 9: allot.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	13, // 10: allot.v1.GetRulesResponse.rules:type_name -> allot.v1.Rule
+	0,  // 11: allot.v1.Rule.algorithm:type_name -> allot.v1.Algorithm
+	16, // 12: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	1,  // 13: allot.v1.Rule.failure:type_name -> allot.v1.Failure
+	15, // 14: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
+	14, // 15: allot.v1.Rule.overrides:type_name -> allot.v1.KeyOverride
+	16, // 16: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
+	16, // 17: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
+	2,  // 18: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
+	6,  // 19: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
+	9,  // 20: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
+	11, // 21: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
+	4,  // 22: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
+	8,  // 23: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
+	10, // 24: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
+	12, // 25: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_allot_v1_allocator_proto_init() }

@@ -32,7 +32,8 @@
 --
 -- A state of a token bucket or a window is one Redis string of MessagePack
 -- values, one after the other: t (tokens, or the current window's count),
--- p (the previous window's count), s (the refill stamp, µs, or the window
+-- p (the previous window's count, or a bucket's belowSince, see core.go:
+-- 0 in the states of versions before it), s (the refill stamp, µs, or the window
 -- index) and x - s (x is the expiry, µs: a token bucket's follows s, and
 -- the difference takes 5 bytes where x takes 9); then nine per holder:
 -- node, until (µs), want, wanted rate, lent rate (nil when it is the wanted

@@ -1,8 +1,8 @@
 -- token_bucket.lua: checkBucket of core.go and what token buckets' checks
 -- and leases share (token_bucket_lease.lua holds the rest). State (see
 -- common.lua): t (tokens, may be negative: bounded debt), s (µs of the last
--- refill), x (expiry) and the holders; p is 0. Every operation reads the
--- holders: a refill needs their shares.
+-- refill), x (expiry), the holders, and p, core.go's belowSince (0: none).
+-- Every operation reads the holders: a refill needs their shares.
 
 -- The item's capacity, rate per µs and per second (see setup).
 local capacity, rate, per_second
@@ -13,27 +13,44 @@ local function setup()
   per_second = limit * 1e6 / period
 end
 
+-- fresh is core.go's newState: full for two TTLs.
 local function fresh(now)
-  return { t = capacity, p = 0, s = now, holders = {} }
+  return { t = capacity, p = 0, s = now - 2 * ttl, holders = {} }
 end
 
 -- refill adds what the bucket earned since the last refill: the rule's rate,
 -- less the shares lent to holders, each until its lease ended. A clock that
--- steps back earns nothing and does not move the stamp back.
+-- steps back earns nothing and does not move the stamp back. It returns
+-- how long the bucket has been full (core.go's refill).
 local function refill(st, now)
-  if now > st.s then
-    local lent
-    for _, h in pairs(st.holders) do
-      local stop = min(h[1], now)
-      if h[4] > 0 and stop > st.s then
-        lent = lent or {}
-        lent[#lent + 1] = h[4] * (stop - st.s) / 1e6
-      end
-    end
-    local earned = (now - st.s) * rate - sorted_sum(lent)
-    st.t = min(capacity, st.t + max(earned, 0))
-    st.s = now
+  if now <= st.s then
+    return 0
   end
+  local lent
+  for _, h in pairs(st.holders) do
+    local stop = min(h[1], now)
+    if h[4] > 0 and stop > st.s then
+      lent = lent or {}
+      lent[#lent + 1] = h[4] * (stop - st.s) / 1e6
+    end
+  end
+  local earned = (now - st.s) * rate - sorted_sum(lent)
+  local sum = st.t + max(earned, 0)
+  st.t = min(capacity, sum)
+  local full = 0
+  local over = sum - capacity
+  if over > 0 then
+    full = now - st.s
+    local free = rate - lent_rate(st, now) / 1e6
+    if free > 0 then
+      full = min(floor(over / free), full)
+    end
+  end
+  if st.p > 0 then
+    st.p = st.p + (now - st.s - full)
+  end
+  st.s = now
+  return full
 end
 
 -- refill_wait is core.go's refillWait: how long until the bucket earns need

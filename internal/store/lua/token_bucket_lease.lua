@@ -38,6 +38,20 @@ local function report(now, req)
   return { 0, floor(max(st.t, 0)), ttl, 0, 0, 0, '0' }
 end
 
+-- fullness is core.go's fullness.
+local function fullness(st, full)
+  if full >= ttl then
+    st.p = 1
+  elseif st.p > 0 and st.p - 1 >= ttl then
+    st.p = 0
+  end
+  local full_in_ttl = full
+  if st.p > 0 then
+    full_in_ttl = max(full_in_ttl, ttl - (st.p - 1))
+  end
+  return min(full, ttl), min(full_in_ttl, ttl)
+end
+
 local function acquire(now, req)
   if req.strict then
     return report(now, req)
@@ -47,7 +61,7 @@ local function acquire(now, req)
   if again then
     return again
   end
-  refill(st, now)
+  local full_for, full_in_ttl = fullness(st, refill(st, now))
   local credited, held = give_back(st, req.node, now, 0, req.returned)
   st.t = min(capacity, st.t + credited)
   debit(st, cap_consumed(st, capacity, req.node, now, req.consumed, req.age), req.age)
@@ -67,7 +81,7 @@ local function acquire(now, req)
   end
   st.x = now + ceil_us((capacity - st.t) / rate) + ttl
   save(st, now)
-  return { g, remaining, ttl, retry, holders, 0, rate_reply(share) }
+  return { g, remaining, ttl, retry, holders, 0, rate_reply(share), full_for, full_in_ttl }
 end
 
 -- A missing state is a full bucket: a return to it changes nothing, so

@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 		{"OldConsumptionLeavesLessDebt", testOldConsumption},
 		{"BucketReleaseCappedAtCapacity", testBucketRelease},
 		{"BucketRefills", testBucketRefills},
+		{"BucketFullness", testBucketFullness},
 		{"BucketWithTinyRateStillLimits", testBucketTinyRate},
 		{"FairShareAcrossHolders", testFairShare},
 		{"HoldersExpire", testHoldersExpire},
