@@ -1,13 +1,11 @@
 -- common.lua is the prelude of every Allot script (Go prepends it to each
 -- algorithm's file): the helpers of internal/store/core.go, ported line by
 -- line so that the memory and Redis stores reach the same numbers.
---
 -- Lua 5.1 numbers are doubles, as are core.go's token counts; every integer
 -- here stays below 2^53, so it is exact. Every number returned is already
 -- whole (Redis truncates Lua numbers to integers on the way out), but for a
 -- lent rate, which goes out as a string written with '%.17g' (tostring keeps
 -- only 14 digits).
---
 -- A call runs one operation, ARGV[1] ('a' acquire, 'r' release, 'c'
 -- check), on each key of KEYS, in order, at one instant, and answers an
 -- array of the items' replies. (A batch of keys is one call on a single
@@ -19,7 +17,6 @@
 -- the request's sequence number (0: none) and 1 when the rule is strict
 -- (the request only reports consumption), else 0; for a release node,
 -- tokens and epoch; for a check the cost.
---
 -- What a script costs Redis is mostly what it allocates and converts: each
 -- table, string and closure it makes, each C function it calls (tonumber,
 -- string.format, redis.call) takes from tens of nanoseconds to a
@@ -29,20 +26,19 @@
 -- as MessagePack (one C call each way, no number parsed or printed as
 -- text) with one GET and one SET; and a call of checks stops before the
 -- helpers that only leases use are made (lease.lua).
---
 -- A state of a token bucket or a window is one Redis string of MessagePack
--- values, one after the other: t (tokens, or the current window's count),
--- p (the previous window's count, or a bucket's belowSince, see core.go:
--- 0 in the states of versions before it), s (the refill stamp, µs, or the window
--- index) and x - s (x is the expiry, µs: a token bucket's follows s, and
--- the difference takes 5 bytes where x takes 9); then nine per holder:
+-- values, one after the other: t (tokens, or the current window's count), p
+-- (the previous window's count, or a bucket's belowSince, see core_bucket.go:
+-- 0 in the states of versions before it), s (the refill stamp, µs, or the
+-- window index) and x - s (x is the expiry, µs: a token bucket's follows s,
+-- and the difference takes 5 bytes where x takes 9); then nine per holder:
 -- node, until (µs), want, wanted rate, lent rate (nil when it is the wanted
 -- rate, as it mostly is), seq, granted, held and epoch (core.go's holder).
 -- cmsgpack writes a number as an integer when it is one, else as a float32
 -- when that is exact, else as a float64, so every number reads back bit for
 -- bit (but -0, which reads back as 0 and which no decision tells apart). A
--- holder that a call does not change is written back as the bytes it was
--- read from.
+-- holder that a call does not change is written back as the bytes it was read
+-- from.
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local fmod, sort, sub = math.fmod, table.sort, string.sub

@@ -1,5 +1,5 @@
--- fixed_window.lua: checkWindow of core.go for fixed windows, and what their
--- checks and leases share (fixed_window_lease.lua holds the rest). State
+-- fixed_window.lua: checkWindow of core_window.go for fixed windows, and what
+-- their checks and leases share (fixed_window_lease.lua holds the rest). State
 -- (see common.lua): t (count of the current window), s (the window index), x
 -- (expiry) and the holders; p is 0. Only an acquire or a release reads the
 -- holders.

@@ -1,6 +1,6 @@
--- fixed_window_lease.lua: acquireWindow, release and report of core.go,
--- the lease part of fixed windows (redis.go appends it, after lease.lua, to
--- fixed_window.lua).
+-- fixed_window_lease.lua: acquireWindow (core_window.go), release and report
+-- of core.go, the lease part of fixed windows (redis.go appends it, after
+-- lease.lua, to fixed_window.lua).
 
 -- credit takes back tokens of the window of index from, while it is the
 -- current one: a fixed window's past never counts again.

@@ -4,8 +4,8 @@
 -- closures made here, anew on every call, would cost it Redis time for
 -- nothing (about 0.1 µs each).
 
--- water_level is core.go's waterLevel: the level at which the wants, each
--- capped at it, sum to avail; math.huge when they all fit.
+-- water_level is core_holders.go's waterLevel: the level at which the wants,
+-- each capped at it, sum to avail; math.huge when they all fit.
 local function water_level(avail, wants)
   sort(wants)
   local rem, n = avail, #wants
@@ -44,8 +44,8 @@ local function hold(st, node, want, want_rate, now, held, epoch)
   return others, count
 end
 
--- givable is core.go's givable: what node may give back at now of what it
--- was lent in window epoch.
+-- givable is core_holders.go's givable: what node may give back at now of what
+-- it was lent in window epoch.
 local function givable(st, node, now, epoch)
   local h = st.holders[node]
   if h == nil or h[1] <= now or h[8] ~= epoch then
@@ -54,15 +54,15 @@ local function givable(st, node, now, epoch)
   return h[7] + h[4] * max(min(now, h[1]) - (h[1] - ttl), 0) / 1e6
 end
 
--- give_back is core.go's giveBack: the tokens credited, and what node may
--- still give back.
+-- give_back is core_holders.go's giveBack: the tokens credited, and what node
+-- may still give back.
 local function give_back(st, node, now, epoch, tokens)
   local can = givable(st, node, now, epoch)
   local credited = min(tokens, floor(can))
   return credited, can - credited
 end
 
--- cap_consumed is core.go's capConsumed, capacity being the rule's.
+-- cap_consumed is core_holders.go's capConsumed, capacity being the rule's.
 local function cap_consumed(st, capacity, node, now, consumed, age)
   if consumed <= 0 then
     return 0
@@ -77,7 +77,8 @@ local function cap_consumed(st, capacity, node, now, consumed, age)
   return min(consumed, ceil(min(cap, max_wait)))
 end
 
--- lent is core.go's lent: a grant adds to what the holder may give back.
+-- lent is core_holders.go's lent: a grant adds to what the holder may give
+-- back.
 local function lent(st, node, g)
   local h = st.holders[node]
   h[7] = h[7] + g
@@ -128,7 +129,8 @@ local function replay(st, now, req, window)
   return { h[6], remaining, lease_ttl, 0, count, epoch, rate_reply(h[4]) }
 end
 
--- fair_grant is core.go's fairGrant: water-filling over the holders' wants.
+-- fair_grant is core_holders.go's fairGrant: water-filling over the holders'
+-- wants.
 local function fair_grant(avail, want, others)
   if want <= 0 or avail <= 0 then
     return 0
@@ -157,7 +159,7 @@ local function forget(st, node)
   st.holders[node] = nil
 end
 
--- debit_window is core.go's debitWindow, on a rolled window state.
+-- debit_window is core_window.go's debitWindow, on a rolled window state.
 local function debit_window(st, consumed, age)
   local ceiling = 2 * limit
   if age >= period then

@@ -1,4 +1,4 @@
--- sliding_log.lua: checkLog and reportLog of core.go. State: a sorted set
+-- sliding_log.lua: checkLog and reportLog of core_log.go. State: a sorted set
 -- with one member per admitted request, "<µs>:<n>:<last>": n tokens
 -- stamped at µs, the last of them numbered last, the member's score. The
 -- log numbers its tokens on from 1 since it was last empty (the key is gone
@@ -7,7 +7,6 @@
 -- a call reads O(log n) entries, whatever its cost argument, and expired
 -- entries leave in one ZREMRANGEBYRANK. Sliding logs are strict (never
 -- leased), so the script only checks and keeps no holders.
---
 -- The key is "<prefix>:sl2:{rule|key}" (see redis.go): the layout of one
 -- member per token, "sl", is never read, so that allocators of both
 -- layouts, side by side during a rolling deploy, never meet each other's
@@ -35,7 +34,7 @@ local function entry(rank)
   return parse(m)
 end
 
--- log_count is core.go's logCount, of the oldest and newest entries.
+-- log_count is core_log.go's logCount, of the oldest and newest entries.
 local function log_count(first, newest)
   if first == nil then
     return 0
@@ -60,7 +59,7 @@ local function renumber()
   call_chunked('ZADD', args)
 end
 
--- append_log is core.go's appendLog: n tokens at, or at the newest entry's
+-- append_log is core_log.go's appendLog: n tokens at, or at the newest entry's
 -- stamp if that is later. It returns the new newest entry.
 local function append_log(newest, at, n)
   if newest ~= nil and newest.last + n > renumber_above then
@@ -76,7 +75,7 @@ local function append_log(newest, at, n)
   return e
 end
 
--- drop_log is core.go's dropLog: the entries stamped at or before cutoff
+-- drop_log is core_log.go's dropLog: the entries stamped at or before cutoff
 -- are a prefix of the ranks, found by galloping from the oldest, then
 -- bisecting: O(log m) reads for m entries dropped, one ZREMRANGEBYRANK.
 local function drop_log(cutoff)
@@ -107,7 +106,7 @@ local function drop_log(cutoff)
   redis.call('ZREMRANGEBYRANK', key, 0, fmt(lo))
 end
 
--- stamp_of is core.go's stampOf: the stamp of the k-th oldest token, the
+-- stamp_of is core_log.go's stampOf: the stamp of the k-th oldest token, the
 -- first entry whose last token is numbered at least the oldest's plus k-1.
 local function stamp_of(first, k)
   local want = first.last - first.n + k
@@ -138,7 +137,7 @@ local function check(now, cost)
   return { allowed, limit - count, retry, reset }
 end
 
--- acquire is core.go's reportLog: sliding logs are strict, so an acquire
+-- acquire is core_log.go's reportLog: sliding logs are strict, so an acquire
 -- only reports consumption admitted age ago, logged while still inside the
 -- period, no earlier than the newest entry, up to the limit.
 local function acquire(now, req)

@@ -1,8 +1,8 @@
--- sliding_window.lua: checkWindow of core.go for the sliding window counter,
--- and what its checks and leases share (sliding_window_lease.lua holds the
--- rest). State (see common.lua): t (count of the current window), p (count
--- of the previous one), s (the window index), x (expiry) and the holders.
--- Only an acquire or a release reads the holders.
+-- sliding_window.lua: checkWindow of core_window.go for the sliding window
+-- counter, and what its checks and leases share (sliding_window_lease.lua
+-- holds the rest). State (see common.lua): t (count of the current window), p
+-- (count of the previous one), s (the window index), x (expiry) and the
+-- holders. Only an acquire or a release reads the holders.
 
 local function fresh()
   return { t = 0, p = 0, s = 0, holders = {} }

@@ -1,6 +1,6 @@
--- sliding_window_lease.lua: acquireWindow, release and report of core.go,
--- the lease part of sliding window counters (redis.go appends it, after
--- lease.lua, to sliding_window.lua).
+-- sliding_window_lease.lua: acquireWindow (core_window.go), release and report
+-- of core.go, the lease part of sliding window counters (redis.go appends it,
+-- after lease.lua, to sliding_window.lua).
 
 -- credit takes back tokens of the window of index from, while that window
 -- still counts: as the current one, or as the previous one.

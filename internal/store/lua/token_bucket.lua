@@ -1,8 +1,8 @@
--- token_bucket.lua: checkBucket of core.go and what token buckets' checks
--- and leases share (token_bucket_lease.lua holds the rest). State (see
+-- token_bucket.lua: checkBucket of core_bucket.go and what token buckets'
+-- checks and leases share (token_bucket_lease.lua holds the rest). State (see
 -- common.lua): t (tokens, may be negative: bounded debt), s (µs of the last
--- refill), x (expiry), the holders, and p, core.go's belowSince (0: none).
--- Every operation reads the holders: a refill needs their shares.
+-- refill), x (expiry), the holders, and p, core_bucket.go's belowSince (0:
+-- none). Every operation reads the holders: a refill needs their shares.
 
 -- The item's capacity, rate per µs and per second (see setup).
 local capacity, rate, per_second
@@ -21,7 +21,7 @@ end
 -- refill adds what the bucket earned since the last refill: the rule's rate,
 -- less the shares lent to holders, each until its lease ended. A clock that
 -- steps back earns nothing and does not move the stamp back. It returns
--- how long the bucket has been full (core.go's refill).
+-- how long the bucket has been full (core_bucket.go's refill).
 local function refill(st, now)
   if now <= st.s then
     return 0
@@ -53,8 +53,8 @@ local function refill(st, now)
   return full
 end
 
--- refill_wait is core.go's refillWait: how long until the bucket earns need
--- tokens at the part of the rate no share holds.
+-- refill_wait is core_bucket.go's refillWait: how long until the bucket earns
+-- need tokens at the part of the rate no share holds.
 local function refill_wait(st, now, need)
   if need <= 0 then
     return 0

@@ -1,8 +1,8 @@
--- token_bucket_lease.lua: acquireBucket, release and report of core.go,
--- the lease part of token buckets (redis.go appends it, after lease.lua, to
--- token_bucket.lua).
+-- token_bucket_lease.lua: acquireBucket (core_bucket.go), release and report
+-- of core.go, the lease part of token buckets (redis.go appends it, after
+-- lease.lua, to token_bucket.lua).
 
--- lend_rate is core.go's lendRate: node's share of the rule's rate.
+-- lend_rate is core_holders.go's lendRate: node's share of the rule's rate.
 local function lend_rate(st, node)
   local self = st.holders[node]
   if self[3] <= 0 then
@@ -22,7 +22,7 @@ local function lend_rate(st, node)
   return share
 end
 
--- debit is core.go's debitBucket.
+-- debit is core_bucket.go's debitBucket.
 local function debit(st, consumed, age)
   local bottom = min(st.t, -max(capacity - age * rate, 0))
   st.t = max(st.t - consumed, bottom)
@@ -38,7 +38,7 @@ local function report(now, req)
   return { 0, floor(max(st.t, 0)), ttl, 0, 0, 0, '0' }
 end
 
--- fullness is core.go's fullness.
+-- fullness is core_bucket.go's fullness.
 local function fullness(st, full)
   if full >= ttl then
     st.p = 1

@@ -1,0 +1,154 @@
+package store
+
+import (
+	"math"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// The token bucket's part of the reference semantics (see core.go): the
+// refill, what a lease says of the bucket's fullness, and its debits.
+
+// refill adds what the central bucket earned since the last refill: the
+// rule's rate, less the shares of it lent to holders, each until its lease
+// ended. Shares never sum above the rate, so the bucket only grows over the
+// interval and capping it at the end is exact. A clock that steps back
+// earns nothing and does not move the stamp back.
+//
+// It returns how long the bucket has been full at now, in µs, as far as
+// what it could not hold tells: the overflow at the part of the rate no
+// share holds at now. Shares only end between two refills, so that part
+// only grew over the interval, and the answer is never more than the
+// truth. 0 when it is below capacity.
+func (st *state) refill(r *rules.Rule, now int64) int64 {
+	if now <= st.stamp {
+		return 0
+	}
+	var lent []float64
+	for _, h := range st.holders {
+		if end := min(h.until, now); h.rate > 0 && end > st.stamp {
+			lent = append(lent, h.rate*float64(end-st.stamp)/1e6)
+		}
+	}
+	earned := float64(now-st.stamp)*ratePerUS(r) - sortedSum(lent)
+	sum := st.tokens + math.Max(earned, 0)
+	st.tokens = math.Min(float64(r.Burst), sum)
+	full := int64(0)
+	if over := sum - float64(r.Burst); over > 0 {
+		full = now - st.stamp
+		if free := ratePerUS(r) - st.lentRate(now)/1e6; free > 0 {
+			full = int64(math.Min(math.Floor(over/free), float64(full)))
+		}
+	}
+	if st.prev > 0 {
+		st.prev += float64(now - st.stamp - full)
+	}
+	st.stamp = now
+	return full
+}
+
+// A token bucket's prev is its belowSince: when positive, prev-1 is how
+// many µs the bucket has been below capacity, at most, since it was last
+// full for a whole lease TTL (or was missing). refill adds to it, fullness
+// starts it afresh and drops it once it reaches a TTL. (It is p in the
+// scripts' layout, which versions before it wrote as 0: nothing known.)
+
+// fullness tells a holder's request how much of the rule's rate the bucket
+// could not hold before the request arrived: it had been full for fullFor
+// µs then (full, from refill), and for fullInTTL µs at least, in all, of
+// the TTL before. While it was full, what a node's fallback share earned
+// was refill the bucket lost, so the node may keep it; the rest of what the
+// share admitted while the request was on its way the bucket earned too
+// and lent to others, and the node owes it (lease.Manager.oweInFlight).
+// Both are 0 when nothing is known. It also keeps belowSince.
+func (st *state) fullness(full, ttl int64) (fullFor, fullInTTL int64) {
+	switch {
+	case full >= ttl:
+		st.prev = 1
+	case st.prev > 0 && int64(st.prev)-1 >= ttl:
+		st.prev = 0
+	}
+	fullInTTL = full
+	if st.prev > 0 {
+		fullInTTL = max(fullInTTL, ttl-(int64(st.prev)-1))
+	}
+	return min(full, ttl), min(fullInTTL, ttl)
+}
+
+// lentRate is the sum of the shares active at now, in tokens per second.
+func (st *state) lentRate(now int64) float64 {
+	var rates []float64
+	for _, h := range st.holders {
+		if h.rate > 0 && h.until > now {
+			rates = append(rates, h.rate)
+		}
+	}
+	return sortedSum(rates)
+}
+
+// refillWait is how long the central bucket takes to earn need tokens at
+// the part of the rate no share holds; with all of it lent, the shares end
+// or are renewed within a TTL, so it says a TTL plus the time at the full
+// rate.
+func (st *state) refillWait(r *rules.Rule, now, ttl int64, need float64) int64 {
+	if need <= 0 {
+		return 0
+	}
+	wait := float64(ttl) + need/ratePerUS(r)
+	if free := ratePerUS(r) - st.lentRate(now)/1e6; free > 0 {
+		wait = math.Min(wait, need/free)
+	}
+	return ceilUS(wait)
+}
+
+func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
+	capacity, rate := float64(r.Burst), ratePerUS(r)
+	fullFor, fullInTTL := st.fullness(st.refill(r, now), ttl)
+	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned)
+	st.tokens = math.Min(capacity, st.tokens+float64(credited))
+	st.debitBucket(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge)
+	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl, held, 0)
+	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
+	st.tokens -= float64(g)
+	st.lent(req.Node, g)
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Rate: st.lendRate(r, req.Node, ttl),
+		FullFor: us(fullFor), FullInTTL: us(fullInTTL)}
+	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+	if g < req.Want {
+		need := math.Min(float64(req.Want-g), capacity)
+		if st.tokens < need {
+			l.RetryAfter = us(st.refillWait(r, now, ttl, need-st.tokens))
+		}
+	}
+	// Every share ends within a TTL; from then on the bucket refills at the
+	// full rate.
+	st.expires = now + ceilUS((capacity-st.tokens)/rate) + ttl
+	return l
+}
+
+// debitBucket takes tokens admitted outside the allocator out of a refilled
+// bucket, into a debt of at most one capacity less what refilling has
+// repaid since they were admitted (age).
+func (st *state) debitBucket(r *rules.Rule, consumed int64, age time.Duration) {
+	capacity := float64(r.Burst)
+	repaid := float64(age.Microseconds()) * ratePerUS(r)
+	floor := math.Min(st.tokens, -math.Max(capacity-repaid, 0))
+	st.tokens = math.Max(st.tokens-float64(consumed), floor)
+}
+
+func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
+	capacity, rate := float64(r.Burst), ratePerUS(r)
+	st.refill(r, now)
+	d := Decision{Limit: r.Limit}
+	if st.tokens >= float64(cost) {
+		st.tokens -= float64(cost)
+		d.Allowed = true
+	} else {
+		d.RetryAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), float64(cost)-st.tokens))
+	}
+	d.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+	d.ResetAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), capacity-st.tokens))
+	st.expires = now + ceilUS((capacity-st.tokens)/rate) + r.Lease.TTL.Microseconds()
+	return d
+}

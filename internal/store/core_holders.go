@@ -1,0 +1,148 @@
+package store
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// The holders' part of the reference semantics (see core.go): who holds a
+// lease on a key, the tokens they may give back, and their fair shares of
+// tokens and of the rate.
+
+// hold records node as a holder wanting want tokens and wantRate tokens per
+// second until now+ttl, forgets expired holders, and returns the wants of
+// the other active holders and the count. Its share, if any, is lendRate's.
+func (st *state) hold(node string, want int64, wantRate float64, now, ttl int64, held float64, epoch int64) (others []int64, count int) {
+	if st.holders == nil {
+		st.holders = make(map[string]holder)
+	}
+	for n, h := range st.holders {
+		if h.until <= now {
+			delete(st.holders, n)
+		} else if n != node {
+			others = append(others, h.want)
+		}
+	}
+	st.holders[node] = holder{until: now + ttl, want: want, wantRate: wantRate, held: held, epoch: epoch}
+	return others, len(st.holders)
+}
+
+// givable is what node may give back at now of what it was lent in window
+// epoch: its grants not given back yet, and what its share earned since
+// its last request, while its lease lasts. A node that holds no lease gives
+// back nothing: a Release or a return cannot credit tokens never lent.
+func (st *state) givable(node string, now, ttl, epoch int64) float64 {
+	h, ok := st.holders[node]
+	if !ok || h.until <= now || h.epoch != epoch {
+		return 0
+	}
+	return h.held + h.rate*float64(max(min(now, h.until)-(h.until-ttl), 0))/1e6
+}
+
+// giveBack credits what node returns, at most what it may give back, and
+// returns what it may still give back.
+func (st *state) giveBack(node string, now, ttl, epoch, tokens int64) (credited int64, left float64) {
+	can := st.givable(node, now, ttl, epoch)
+	credited = min(tokens, int64(math.Floor(can)))
+	return credited, can - float64(credited)
+}
+
+// capConsumed bounds what a node reports as admitted without a lease by
+// what its fallback share could have admitted since age ago: the burst and
+// the rate divided over the key's holders, the node counted. No report can
+// put another holder's key in debt beyond that.
+func (st *state) capConsumed(r *rules.Rule, node string, now, consumed int64, age time.Duration) int64 {
+	if consumed <= 0 {
+		return 0
+	}
+	n := 1
+	for h, o := range st.holders {
+		if h != node && o.until > now {
+			n++
+		}
+	}
+	limit := float64(r.Capacity())/float64(n) + float64(age.Microseconds())*ratePerUS(r)/float64(n)
+	return min(consumed, int64(math.Ceil(math.Min(limit, maxWaitUS))))
+}
+
+// lendRate lends node, which hold has just recorded, a share of the rule's
+// rate for its lease: the water-filling level of the active holders' wanted
+// rates, and never more than the other holders' shares leave, so that the
+// shares sum to at most the rate at every instant (Doorman's rule: a holder
+// whose fair share shrank keeps its old one until it renews, and the others
+// grow as it does). A bucket in debt keeps back the part of its rate that
+// repays the debt within a TTL.
+func (st *state) lendRate(r *rules.Rule, node string, ttl int64) float64 {
+	self := st.holders[node]
+	if self.wantRate <= 0 {
+		return 0
+	}
+	rate := ratePerSecond(r)
+	avail := rate - math.Min(rate, math.Max(-st.tokens, 0)*1e6/float64(ttl))
+	var wants, held []float64
+	for n, h := range st.holders {
+		wants = append(wants, h.wantRate)
+		if n != node {
+			held = append(held, h.rate)
+		}
+	}
+	share := math.Min(self.wantRate, waterLevel(avail, wants))
+	share = math.Max(math.Min(share, avail-sortedSum(held)), 0)
+	self.rate = share
+	st.holders[node] = self
+	return share
+}
+
+// waterLevel is the level at which the wants, each capped at it, sum to
+// avail: infinite when they all fit.
+func waterLevel(avail float64, wants []float64) float64 {
+	slices.Sort(wants)
+	rem, n := avail, float64(len(wants))
+	for _, w := range wants {
+		if share := rem / n; w > share {
+			return share
+		}
+		rem -= w
+		n--
+	}
+	return math.Inf(1)
+}
+
+// fairGrant lends at most want and at most avail. When the holders together
+// want more than avail, it water-fills: every holder may take up to the
+// level at which the wants, each capped at the level, sum to avail. So a
+// greedy node gets what the modest ones leave, never their share. A share
+// that rounds to zero still lends one token, so a tiny limit spread over many
+// holders cannot lock every one of them out.
+func fairGrant(avail, want int64, others []int64) int64 {
+	if want <= 0 || avail <= 0 {
+		return 0
+	}
+	total := want
+	for _, w := range others {
+		total += w
+	}
+	if total <= avail {
+		return want
+	}
+	wants := make([]float64, 0, len(others)+1)
+	for _, w := range others {
+		wants = append(wants, float64(w))
+	}
+	level := waterLevel(float64(avail), append(wants, float64(want)))
+	g := min(want, int64(math.Floor(math.Min(level, float64(want)))))
+	if g < 1 {
+		g = 1
+	}
+	return g
+}
+
+// lent adds a grant to what the holder may give back.
+func (st *state) lent(node string, g int64) {
+	h := st.holders[node]
+	h.held += float64(g)
+	st.holders[node] = h
+}

@@ -1,0 +1,158 @@
+package store
+
+import (
+	"math"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// The fixed and sliding windows' part of the reference semantics (see
+// core.go).
+
+// roll moves a window state to the window holding now and returns that
+// window's index and start, and the instant to decide at. A window never
+// moves backwards: when the store's clock has stepped back before the
+// state's window (a failover to a replica whose clock is behind), the state
+// stays in its window and the decision is made at that window's start, so a
+// full window stays full and a sliding window weighs its previous one in
+// full, until the clock is past it again.
+func (st *state) roll(r *rules.Rule, now int64) (epoch, start, at int64) {
+	p := periodUS(r)
+	epoch = max(now/p, st.stamp)
+	if st.stamp != epoch {
+		if r.Algorithm == rules.SlidingWindow && st.stamp == epoch-1 {
+			st.prev = st.tokens
+		} else {
+			st.prev = 0
+		}
+		st.tokens, st.stamp = 0, epoch
+	}
+	start = epoch * p
+	return epoch, start, max(now, start)
+}
+
+// estimate is the sliding window counter: the previous window weighted by
+// how much of it the sliding window still covers, plus the current one.
+func (st *state) estimate(r *rules.Rule, now, start int64) float64 {
+	p := float64(periodUS(r))
+	weight := (p - float64(now-start)) / p
+	return st.prev*weight + st.tokens
+}
+
+func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
+	limit, p := float64(r.Limit), periodUS(r)
+	epoch, start, at := st.roll(r, now)
+	// What the holder was lent in an ended window is gone with it: it may
+	// give back only what it was lent in this one.
+	credited, _ := st.giveBack(req.Node, now, ttl, req.ReturnedEpoch, req.Returned)
+	st.credit(r, epoch, credited, req.ReturnedEpoch)
+	held := st.givable(req.Node, now, ttl, epoch)
+	if req.ReturnedEpoch == epoch {
+		held -= float64(credited)
+	}
+	st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge)
+	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl, held, epoch)
+	used := st.tokens
+	if r.Algorithm == rules.SlidingWindow {
+		used = st.estimate(r, at, start)
+	}
+	g := fairGrant(int64(math.Floor(math.Max(limit-used, 0))), req.Want, others)
+	st.tokens += float64(g)
+	st.lent(req.Node, g)
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Epoch: epoch}
+	l.Remaining = int64(math.Floor(math.Max(limit-used-float64(g), 0)))
+	end := start + p
+	if r.Algorithm == rules.FixedWindow {
+		// Tokens of a window die with it: the window never exceeds its limit.
+		l.TTL = us(min(ttl, end-at))
+		if g < req.Want && l.Remaining == 0 {
+			l.RetryAfter = us(end - at)
+		}
+		st.expires = end + ttl
+		return l
+	}
+	if g < req.Want {
+		l.RetryAfter = us(st.slidingRetry(r, at, start, min(req.Want-g, r.Limit)))
+	}
+	st.expires = start + 2*p + ttl
+	return l
+}
+
+// debitWindow adds tokens admitted outside the allocator to a rolled
+// window's count: up to twice the limit, or up to the limit only for
+// consumption older than a window.
+func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration) {
+	limit := float64(r.Limit)
+	ceiling := 2 * limit
+	if age.Microseconds() >= periodUS(r) {
+		ceiling = math.Max(st.tokens, limit)
+	}
+	st.tokens = math.Min(st.tokens+float64(consumed), ceiling)
+}
+
+// slidingRetry is how long until a sliding window admits cost more tokens.
+func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64) int64 {
+	limit, p := float64(r.Limit), float64(periodUS(r))
+	room := limit - float64(cost) - st.tokens
+	if room >= 0 {
+		if st.prev <= room {
+			return 0
+		}
+		// The previous window's weight must fall to room/prev.
+		at := float64(start) + p*(1-room/st.prev)
+		return max(0, ceilUS(at-float64(now)))
+	}
+	// Wait for this window to become the previous one and fade enough.
+	at := float64(start) + p + p*(1-(limit-float64(cost))/st.tokens)
+	return max(0, ceilUS(at-float64(now)))
+}
+
+// credit takes n tokens of the window of index from back out of a window
+// state whose current index is epoch: only while that window still counts.
+func (st *state) credit(r *rules.Rule, epoch, n, from int64) {
+	switch from {
+	case epoch:
+		st.tokens = math.Max(st.tokens-float64(n), 0)
+	case epoch - 1:
+		if r.Algorithm == rules.SlidingWindow {
+			st.prev = math.Max(st.prev-float64(n), 0)
+		}
+	}
+}
+
+func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
+	limit, p := float64(r.Limit), periodUS(r)
+	_, start, at := st.roll(r, now)
+	used := st.tokens
+	if r.Algorithm == rules.SlidingWindow {
+		used = st.estimate(r, at, start)
+	}
+	d := Decision{Limit: r.Limit}
+	if used+float64(cost) <= limit {
+		st.tokens += float64(cost)
+		used += float64(cost)
+		d.Allowed = true
+	}
+	d.Remaining = int64(math.Floor(math.Max(limit-used, 0)))
+	end := start + p
+	if r.Algorithm == rules.FixedWindow {
+		if !d.Allowed {
+			d.RetryAfter = us(end - at)
+		}
+		d.ResetAfter = us(end - at)
+		st.expires = end + r.Lease.TTL.Microseconds()
+		return d
+	}
+	if !d.Allowed {
+		d.RetryAfter = us(st.slidingRetry(r, at, start, cost))
+	}
+	switch {
+	case st.tokens > 0:
+		d.ResetAfter = us(start + 2*p - at)
+	case st.prev > 0:
+		d.ResetAfter = us(end - at)
+	}
+	st.expires = start + 2*p + r.Lease.TTL.Microseconds()
+	return d
+}
