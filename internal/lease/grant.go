@@ -95,7 +95,7 @@ func (m *Manager) scheduleNext(p *Pool, r *rules.Rule, f *flight, g Grant, now m
 func payInFlight(p *Pool, granted int64, kept float64) int64 {
 	for {
 		c := p.consumed.Load()
-		use := min(max(c-int64(kept), 0), granted)
+		use := min(max(c-int64(min(kept, float64(c))), 0), granted)
 		if use == 0 {
 			return granted
 		}

@@ -98,8 +98,15 @@ func TestKeptInFlight(t *testing.T) {
 		{"below for 50ms", 200 * time.Millisecond, Grant{TTL: ttl, Rate: fb, FullInTTL: ttl - 50*time.Millisecond}, 15},
 		{"below for 50ms, full for the last 100ms", 200 * time.Millisecond, Grant{TTL: ttl, Rate: fb, FullFor: 100 * time.Millisecond, FullInTTL: ttl - 50*time.Millisecond}, 15},
 		{"below for 50ms, full for the last 180ms", 200 * time.Millisecond, Grant{TTL: ttl, Rate: fb, FullFor: 180 * time.Millisecond, FullInTTL: ttl - 50*time.Millisecond}, 18},
-		// A flight longer than the TTL: nothing is known before the TTL.
+		// Below capacity for the 100ms before arrival, half a share lent
+		// back: arrived 100ms after it left, it would keep 10 on the way
+		// back and nothing before.
+		{"below for 100ms, half a share lent", 200 * time.Millisecond, Grant{TTL: ttl, Rate: fb / 2, FullInTTL: ttl - 100*time.Millisecond}, 5},
+		// A flight longer than the TTL: nothing is known before the TTL,
+		// and the rate was lent for a TTL only.
 		{"a 3s flight, full for the TTL", 3 * time.Second, Grant{TTL: ttl, Rate: fb, FullFor: ttl, FullInTTL: ttl}, 200},
+		{"a 3s flight, full for the TTL, half a share lent", 3 * time.Second, Grant{TTL: ttl, Rate: fb / 2, FullFor: ttl, FullInTTL: ttl}, 100},
+		{"a negative flight (a clock gone wrong)", -time.Second, Grant{TTL: ttl, Rate: fb, FullFor: ttl, FullInTTL: ttl}, 0},
 	} {
 		if got := keptInFlight(tc.flight, tc.g, fb); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("%s: kept %.3f, want %.3f", tc.name, got, tc.want)

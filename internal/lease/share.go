@@ -128,11 +128,12 @@ func (m *Manager) oweInFlight(p *Pool, kept float64) {
 // nodes whose first requests arrived 50 to 300 ms apart admitted 1.11 of
 // burst + rate in their first second (TestLoadedNodes, in a CI run).
 //
-// The node does not know when on its way the request arrived, a before the
-// answer, so it keeps the least over every a: the bucket was full for the
+// The node does not know when on its way the request arrived, a after it
+// left, so it keeps the least over every a: the bucket was full for the
 // last FullFor before arrival and below capacity for at most TTL -
-// FullInTTL of the TTL before it (and, for all it knows, before that TTL).
-// The least lies at a = 0, the flight, or a kink in between.
+// FullInTTL of the TTL before it (and, for all it knows, before that TTL);
+// the rate was lent from arrival for a TTL. The least lies at a = 0, the
+// flight, or a kink in between.
 //
 // Left: the shares of the nodes still on their way each earn limit/N, but
 // while the bucket was full it lost only the rate it had not lent; if the
@@ -141,14 +142,15 @@ func (m *Manager) oweInFlight(p *Pool, kept float64) {
 // their way together keep more than the bucket lost. The bound's 10% of
 // the rate covers it in every test so far.
 func keptInFlight(flight time.Duration, g Grant, fallbackRate float64) float64 {
+	flight = max(flight, 0)
 	ttl, fullFor := max(g.TTL, 0), max(g.FullFor, 0)
 	below := max(ttl-g.FullInTTL, 0)
 	back := min(max(g.Rate, 0), fallbackRate)
 	kept := math.Inf(1)
-	for _, a := range [...]time.Duration{0, fullFor, fullFor + below, ttl, flight} {
-		a = min(a, flight)
+	for _, a := range [...]time.Duration{0, fullFor, fullFor + below, ttl, flight - ttl, flight} {
+		a = min(max(a, 0), flight)
 		notFull := min(max(a-fullFor, 0), below+max(a-ttl, 0))
-		kept = min(kept, back*(flight-a).Seconds()+fallbackRate*(a-notFull).Seconds())
+		kept = min(kept, back*min(flight-a, ttl).Seconds()+fallbackRate*(a-notFull).Seconds())
 	}
 	return kept
 }

@@ -53,6 +53,14 @@ func (st *state) refill(r *rules.Rule, now int64) int64 {
 // full for a whole lease TTL (or was missing). refill adds to it, fullness
 // starts it afresh and drops it once it reaches a TTL. (It is p in the
 // scripts' layout, which versions before it wrote as 0: nothing known.)
+// Two cases make it say less than the truth, so that a lease claims the
+// bucket full for longer than it was: while allocators of an older
+// version share the Redis (a rolling upgrade), their scripts carry p
+// through their refills without adding to it; and a reload that lengthens
+// the rule's TTL reads a count made against the shorter one. Both last a
+// TTL at most, and at worst a node keeps what it kept before this account
+// (its share's rate over the flight). Kept as an instant instead, p would
+// take 9 bytes where it mostly takes 1.
 
 // fullness tells a holder's request how much of the rule's rate the bucket
 // could not hold before the request arrived: it had been full for fullFor
