@@ -94,6 +94,15 @@ type LeaseTuning struct {
 	Refresh time.Duration // target time between refills of a busy key; default TTL/10
 }
 
+// Absence is how long the store keeps a holder whose lease ended without a
+// Release (it crashed, or it is cut off and admits on its fallback share):
+// while it is absent its fallback share stays reserved, so that what it
+// admits there is not admitted again by the rest of the fleet
+// (docs/bounds.md, rule 4). A minute covers the outages worth riding out,
+// and 30 TTLs keeps it long against a long lease, whose holders renew less
+// often and are missed for longer.
+func (l LeaseTuning) Absence() time.Duration { return max(time.Minute, 30*l.TTL) }
+
 // Bounds on what a rule may say. They keep arithmetic exact in float64
 // (Redis Lua has no integers) and the sliding log's memory small.
 const (

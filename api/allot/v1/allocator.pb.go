@@ -197,9 +197,13 @@ type LeaseRequest struct {
 	// Tokens the node admitted outside any lease since its last report
 	// (before its first lease, in fallback). The allocator debits them.
 	Consumed int64 `protobuf:"varint,4,opt,name=consumed,proto3" json:"consumed,omitempty"`
-	// How long ago the first of the consumed tokens was admitted. A debt the
-	// bucket would have repaid by refilling since then is forgiven, so that a
-	// long outage does not stall the key once the allocator is back.
+	// How long ago the first of the consumed tokens was admitted. Consumed
+	// tokens are debited in full however late they are reported, less what
+	// the allocator reserved for this node while it was away (its fallback
+	// share, for a holder whose lease ended without a release); the age bounds
+	// the debit by what the node's fallback share could have admitted in that
+	// time (counted up to the lease's absence, a minute or 30 TTLs). A window
+	// rule drops consumption that began in a window that has ended.
 	ConsumedAge *durationpb.Duration `protobuf:"bytes,5,opt,name=consumed_age,json=consumedAge,proto3" json:"consumed_age,omitempty"`
 	// The node's demand on this key, in tokens per second. It asks for a
 	// share of the rule's refill rate for the lease's life (Lease.rate), so
@@ -209,7 +213,8 @@ type LeaseRequest struct {
 	WantRate float64 `protobuf:"fixed64,6,opt,name=want_rate,json=wantRate,proto3" json:"want_rate,omitempty"`
 	// Unused tokens the node gives back with this request (what its rate
 	// share earned beyond what its pool may hold). Credited before the grant,
-	// never above the capacity.
+	// never above the capacity, nor above held, nor above what the node was
+	// lent in its lease's life and has not given back.
 	Returned int64 `protobuf:"varint,7,opt,name=returned,proto3" json:"returned,omitempty"`
 	// The epoch of the lease the returned tokens came from (see Return.epoch).
 	ReturnedEpoch int64 `protobuf:"varint,8,opt,name=returned_epoch,json=returnedEpoch,proto3" json:"returned_epoch,omitempty"`
@@ -219,7 +224,12 @@ type LeaseRequest struct {
 	// and not applied again (its consumed, returned and want count once), so
 	// a retry after a lost answer is safe. Below 2^53. 0: no sequence, every
 	// request applied.
-	Seq           uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The tokens the node holds unspent for this key as it sends, what it
+	// returns included. A return credits at most this much. Without it (a
+	// node before this field) a return credits nothing: the allocator cannot
+	// tell tokens given back from tokens spent.
+	Held          *int64 `protobuf:"varint,10,opt,name=held,proto3,oneof" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -317,13 +327,25 @@ func (x *LeaseRequest) GetSeq() uint64 {
 	return 0
 }
 
+func (x *LeaseRequest) GetHeld() int64 {
+	if x != nil && x.Held != nil {
+		return *x.Held
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One lease per request, in request order.
 	Leases []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
 	// The version of the allocator's rule set; a node that holds another
 	// version calls GetRules.
-	RulesVersion  string `protobuf:"bytes,2,opt,name=rules_version,json=rulesVersion,proto3" json:"rules_version,omitempty"`
+	RulesVersion string `protobuf:"bytes,2,opt,name=rules_version,json=rulesVersion,proto3" json:"rules_version,omitempty"`
+	// The allocator's count of live nodes: the distinct node ids that called
+	// Acquire or Release on it in the last 30 s. A fleet size for a node that
+	// has no other (no gossip, no configured count); a lower bound when
+	// several allocators share the fleet. 0: not counted (older allocators).
+	Nodes         uint32 `protobuf:"varint,3,opt,name=nodes,proto3" json:"nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -370,6 +392,13 @@ func (x *AcquireResponse) GetRulesVersion() string {
 		return x.RulesVersion
 	}
 	return ""
+}
+
+func (x *AcquireResponse) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
 }
 
 type Lease struct {
@@ -588,11 +617,17 @@ type Return struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Rule  string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
 	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// Unused tokens given back; the allocator credits at most capacity.
+	// Unused tokens given back; the allocator credits at most capacity, at
+	// most held, and at most what the node was lent in its lease's life and
+	// has not given back.
 	Tokens int64 `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	// The epoch of the lease the tokens came from. Tokens of a window that
 	// has ended are dropped, never credited to the next one.
-	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The tokens the node holds unspent for this key as it sends, the
+	// returned ones included (see LeaseRequest.held). Without it a return
+	// credits nothing. A release ends the node's holding either way.
+	Held          *int64 `protobuf:"varint,5,opt,name=held,proto3,oneof" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -651,6 +686,13 @@ func (x *Return) GetTokens() int64 {
 func (x *Return) GetEpoch() int64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Return) GetHeld() int64 {
+	if x != nil && x.Held != nil {
+		return *x.Held
 	}
 	return 0
 }
@@ -871,7 +913,9 @@ type GetRulesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Rules []*Rule                `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
 	// Changes whenever the rule set changes (a hash of its content).
-	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The allocator's count of live nodes (see AcquireResponse.nodes).
+	Nodes         uint32 `protobuf:"varint,3,opt,name=nodes,proto3" json:"nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -918,6 +962,13 @@ func (x *GetRulesResponse) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *GetRulesResponse) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
 }
 
 type Rule struct {
@@ -1196,7 +1247,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x94\x02\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xb6\x02\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1206,10 +1257,14 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\twant_rate\x18\x06 \x01(\x01R\bwantRate\x12\x1a\n" +
 	"\breturned\x18\a \x01(\x03R\breturned\x12%\n" +
 	"\x0ereturned_epoch\x18\b \x01(\x03R\rreturnedEpoch\x12\x10\n" +
-	"\x03seq\x18\t \x01(\x04R\x03seq\"_\n" +
+	"\x03seq\x18\t \x01(\x04R\x03seq\x12\x17\n" +
+	"\x04held\x18\n" +
+	" \x01(\x03H\x00R\x04held\x88\x01\x01B\a\n" +
+	"\x05_held\"u\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +
-	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\"\x99\x03\n" +
+	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\x12\x14\n" +
+	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\x99\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -1227,12 +1282,14 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\vfull_in_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\tfullInTtl\"U\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
-	"\areturns\x18\x02 \x03(\v2\x10.allot.v1.ReturnR\areturns\"\\\n" +
+	"\areturns\x18\x02 \x03(\v2\x10.allot.v1.ReturnR\areturns\"~\n" +
 	"\x06Return\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
 	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"\x11\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12\x17\n" +
+	"\x04held\x18\x05 \x01(\x03H\x00R\x04held\x88\x01\x01B\a\n" +
+	"\x05_held\"\x11\n" +
 	"\x0fReleaseResponse\"H\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
@@ -1246,10 +1303,11 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"retryAfter\x12:\n" +
 	"\vreset_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"resetAfter\"\x11\n" +
-	"\x0fGetRulesRequest\"R\n" +
+	"\x0fGetRulesRequest\"h\n" +
 	"\x10GetRulesResponse\x12$\n" +
 	"\x05rules\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x05rules\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\xeb\x02\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
+	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\xeb\x02\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x13.allot.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1360,6 +1418,8 @@ func file_allot_v1_allocator_proto_init() {
 	if File_allot_v1_allocator_proto != nil {
 		return
 	}
+	file_allot_v1_allocator_proto_msgTypes[1].OneofWrappers = []any{}
+	file_allot_v1_allocator_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
