@@ -62,7 +62,7 @@ func testClusterSpread(t *testing.T, c *redistest.Cluster) {
 		if l.Granted != 4 || l.Remaining != 6 || l.Holders != 1 {
 			t.Fatalf("%s %s: %+v", reqs[i].Rule.Algorithm, reqs[i].Key, l)
 		}
-		rets = append(rets, store.Return{Rule: reqs[i].Rule, Key: reqs[i].Key, Node: "n", Tokens: 4, Epoch: l.Epoch})
+		rets = append(rets, store.Return{Rule: reqs[i].Rule, Key: reqs[i].Key, Node: "n", Tokens: 4, Epoch: l.Epoch, Held: 4, HeldKnown: true})
 	}
 	if err := s.Release(ctx, rets); err != nil {
 		t.Fatal(err)

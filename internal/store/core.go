@@ -184,19 +184,20 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 	return l
 }
 
-// release credits returned tokens (never above capacity, never into a window
-// that has ended) and forgets the node as a holder, ending its share: the
-// refill first counts the share up to now.
+// release credits returned tokens (never above what the node holds, never
+// above capacity, never into a window that has ended) and forgets the node
+// as a holder, ending its share: the refill first counts the share up to
+// now.
 func (st *state) release(r *rules.Rule, now int64, ret *Return) {
 	ttl := r.Lease.TTL.Microseconds()
 	switch r.Algorithm {
 	case rules.TokenBucket:
 		st.refill(r, now)
-		credited, _ := st.giveBack(ret.Node, now, ttl, 0, ret.Tokens)
+		credited, _ := st.giveBack(ret.Node, now, ttl, 0, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
 		delete(st.holders, ret.Node)
 		st.tokens = math.Min(float64(r.Burst), st.tokens+float64(credited))
 	case rules.FixedWindow, rules.SlidingWindow:
-		credited, _ := st.giveBack(ret.Node, now, ttl, ret.Epoch, ret.Tokens)
+		credited, _ := st.giveBack(ret.Node, now, ttl, ret.Epoch, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
 		delete(st.holders, ret.Node)
 		epoch, _, _ := st.roll(r, now)
 		st.credit(r, epoch, credited, ret.Epoch)

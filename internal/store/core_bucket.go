@@ -113,7 +113,7 @@ func (st *state) refillWait(r *rules.Rule, now, ttl int64, need float64) int64 {
 func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	capacity, rate := float64(r.Burst), ratePerUS(r)
 	fullFor, fullInTTL := st.fullness(st.refill(r, now), ttl)
-	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned)
+	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned, reportOf(req.Held, req.HeldKnown))
 	st.tokens = math.Min(capacity, st.tokens+float64(credited))
 	st.debitBucket(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge)
 	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl, held, 0)

@@ -42,12 +42,45 @@ func (st *state) givable(node string, now, ttl, epoch int64) float64 {
 	return h.held + h.rate*float64(max(min(now, h.until)-(h.until-ttl), 0))/1e6
 }
 
-// giveBack credits what node returns, at most what it may give back, and
-// returns what it may still give back.
-func (st *state) giveBack(node string, now, ttl, epoch, tokens int64) (credited int64, left float64) {
+// giveBack credits what node returns: at most what it says it holds
+// unspent (held, its return included), and at most what it may give back
+// (what it was lent, which it may have spent). A return without held, from
+// a node that predates it, credits nothing: the store cannot tell tokens
+// given back from tokens spent, and crediting spent tokens lends them
+// again (docs/bounds.md, rule 3). It returns what node may still give
+// back: what it holds, as far as the store can tell, less the credit.
+func (st *state) giveBack(node string, now, ttl, epoch, tokens int64, held heldReport) (credited int64, left float64) {
 	can := st.givable(node, now, ttl, epoch)
-	credited = min(tokens, int64(math.Floor(can)))
-	return credited, can - float64(credited)
+	if !held.known {
+		return 0, can
+	}
+	credited = min(tokens, held.n, int64(math.Floor(can)))
+	return credited, held.bound(can) - float64(credited)
+}
+
+// heldReport is what a node said it holds unspent, if it said.
+type heldReport struct {
+	n     int64
+	known bool
+}
+
+func reportOf(held int64, known bool) heldReport { return heldReport{max(held, 0), known} }
+
+// arg is the report as the scripts read it: -1 when the node did not say.
+func (h heldReport) arg() int64 {
+	if !h.known {
+		return -1
+	}
+	return h.n
+}
+
+// bound caps what the store believes a holder holds by what it says: it
+// spent the rest.
+func (h heldReport) bound(can float64) float64 {
+	if !h.known {
+		return can
+	}
+	return math.Min(can, float64(h.n))
 }
 
 // capConsumed bounds what a node reports as admitted without a lease by

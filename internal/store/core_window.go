@@ -45,9 +45,10 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	epoch, start, at := st.roll(r, now)
 	// What the holder was lent in an ended window is gone with it: it may
 	// give back only what it was lent in this one.
-	credited, _ := st.giveBack(req.Node, now, ttl, req.ReturnedEpoch, req.Returned)
+	report := reportOf(req.Held, req.HeldKnown)
+	credited, _ := st.giveBack(req.Node, now, ttl, req.ReturnedEpoch, req.Returned, report)
 	st.credit(r, epoch, credited, req.ReturnedEpoch)
-	held := st.givable(req.Node, now, ttl, epoch)
+	held := report.bound(st.givable(req.Node, now, ttl, epoch))
 	if req.ReturnedEpoch == epoch {
 		held -= float64(credited)
 	}

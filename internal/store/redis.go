@@ -241,14 +241,17 @@ func ruleArgs(r *rules.Rule) msgpack {
 }
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
-	// Last, whether the rule is strict: the acquire only reports consumption.
+	// Then whether the rule is strict (the acquire only reports
+	// consumption), and what the node holds (-1: it did not say).
 	args := ruleArgs(req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
-		float(req.WantRate).int(req.Returned).int(req.ReturnedEpoch).int(req.Seq).bool(!req.Rule.Leasable())
+		float(req.WantRate).int(req.Returned).int(req.ReturnedEpoch).int(req.Seq).bool(!req.Rule.Leasable()).
+		int(reportOf(req.Held, req.HeldKnown).arg())
 	return scriptCall{scriptFor(req.Rule), "a", s.key(req.Rule, req.Key), args}
 }
 
 func (s *Redis) releaseCall(ret *Return) scriptCall {
-	return scriptCall{scriptFor(ret.Rule), "r", s.key(ret.Rule, ret.Key), ruleArgs(ret.Rule).str(ret.Node).int(ret.Tokens).int(ret.Epoch)}
+	args := ruleArgs(ret.Rule).str(ret.Node).int(ret.Tokens).int(ret.Epoch).int(reportOf(ret.Held, ret.HeldKnown).arg())
+	return scriptCall{scriptFor(ret.Rule), "r", s.key(ret.Rule, ret.Key), args}
 }
 
 func (s *Redis) checkCall(r *rules.Rule, key string, cost int64) scriptCall {

@@ -130,6 +130,7 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 			req := store.AcquireRequest{Rule: leasable[rng.IntN(len(leasable))], Key: key(), Node: node(), Want: rng.Int64N(26)}
 			if rng.IntN(5) == 0 {
 				req.Consumed = rng.Int64N(16)
+				req.ConsumedAge = time.Duration(rng.Int64N(3000)) * time.Millisecond
 			}
 			if rng.IntN(2) == 0 { // a rate share, up to 3/4 of the rule's rate
 				req.WantRate = req.Rule.Rate() * 0.75 * rng.Float64()
@@ -137,6 +138,7 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 			if rng.IntN(5) == 0 {
 				req.Returned = rng.Int64N(11)
 			}
+			req.Held, req.HeldKnown = randomHeld(rng)
 			req.Seq = rng.Int64N(3) // 0: none; else it may repeat the node's last: a replay
 			if rng.IntN(6) == 0 {   // a strict rule: a report of consumption only
 				strict := all[len(all)-1]
@@ -149,13 +151,24 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 	case 1:
 		op := parityOp{kind: "release"}
 		for range 1 + rng.IntN(3) {
-			op.rets = append(op.rets, store.Return{Rule: leasable[rng.IntN(len(leasable))], Key: key(), Node: node(), Tokens: rng.Int64N(21)})
+			ret := store.Return{Rule: leasable[rng.IntN(len(leasable))], Key: key(), Node: node(), Tokens: rng.Int64N(21)}
+			ret.Held, ret.HeldKnown = randomHeld(rng)
+			op.rets = append(op.rets, ret)
 		}
 		return op
 	default:
 		r := all[rng.IntN(len(all))]
 		return parityOp{kind: "check", rule: r, key: key(), cost: rng.Int64N(r.Capacity() + 1)}
 	}
+}
+
+// randomHeld is what a node says it holds: mostly something, at times
+// nothing said (an older node).
+func randomHeld(rng *rand.Rand) (int64, bool) {
+	if rng.IntN(4) == 0 {
+		return 0, false
+	}
+	return rng.Int64N(31), true
 }
 
 // runOp runs op on s and renders what must match between the stores.
@@ -178,8 +191,8 @@ func runOp(s store.Store, op parityOp, epochs map[string]int64) (string, error) 
 			// The rate is printed to 9 digits: a bucket in debt by less
 			// than the refill the clocks' difference earns may differ
 			// further down.
-			fmt.Fprintf(&b, "[%s %s %s want %d rate %.9g consumed %d returned %d: granted %d remaining %d holders %d ttl %v retry %t rate %.9g] ",
-				req.Rule.Algorithm, req.Key, req.Node, req.Want, req.WantRate, req.Consumed, req.Returned,
+			fmt.Fprintf(&b, "[%s %s %s want %d rate %.9g consumed %d returned %d held %d/%t: granted %d remaining %d holders %d ttl %v retry %t rate %.9g] ",
+				req.Rule.Algorithm, req.Key, req.Node, req.Want, req.WantRate, req.Consumed, req.Returned, req.Held, req.HeldKnown,
 				l.Granted, l.Remaining, l.Holders, l.TTL, l.RetryAfter > 0, l.Rate)
 		}
 	case "release":

@@ -40,6 +40,12 @@ type AcquireRequest struct {
 	// lease of epoch ReturnedEpoch.
 	Returned      int64
 	ReturnedEpoch int64
+	// Held is what the node holds unspent for the key as it sends, Returned
+	// included, when HeldKnown: no return is credited above it. A request
+	// without it (from a node that predates it) credits no return: the
+	// store cannot tell tokens given back from tokens spent.
+	Held      int64
+	HeldKnown bool
 	// For a strict rule a request only reports consumption (Want, WantRate
 	// and Returned are 0): what the node admitted on its fallback share
 	// while the allocator could not decide.
@@ -81,6 +87,10 @@ type Return struct {
 	Node   string
 	Tokens int64
 	Epoch  int64
+	// Held and HeldKnown are AcquireRequest's: without them the release
+	// credits nothing (it still ends the node's holding).
+	Held      int64
+	HeldKnown bool
 }
 
 // Decision is the answer to Check.

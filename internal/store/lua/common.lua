@@ -14,9 +14,10 @@
 -- after the other: limit, period (µs), burst, lease ttl (µs), then the
 -- operation's own: for an acquire node, want, consumed, the consumption's
 -- age (µs), the wanted rate (tokens/s), returned tokens and their epoch,
--- the request's sequence number (0: none) and 1 when the rule is strict
--- (the request only reports consumption), else 0; for a release node,
--- tokens and epoch; for a check the cost.
+-- the request's sequence number (0: none), 1 when the rule is strict
+-- (the request only reports consumption), else 0, and the tokens the node
+-- holds unspent (-1: it did not say); for a release node, tokens, epoch and
+-- the tokens held (-1 likewise); for a check the cost.
 -- What a script costs Redis is mostly what it allocates and converts: each
 -- table, string and closure it makes, each C function it calls (tonumber,
 -- string.format, redis.call) takes from tens of nanoseconds to a
@@ -209,8 +210,8 @@ local function dispatch(acquire, release, check, setup)
   end
   for i = 1, #KEYS do
     key = KEYS[i]
-    local a1, a2, a3, a4, a5, a6, a7, a8, a9
-    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9 =
+    local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10
+    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10 =
       unpack_all(ARGV[i + 1])
     if setup then
       setup()
@@ -218,9 +219,10 @@ local function dispatch(acquire, release, check, setup)
     if op == 'a' then
       req.node, req.want, req.consumed, req.age, req.want_rate = a1, a2, a3, a4, a5
       req.returned, req.returned_epoch, req.seq, req.strict = a6, a7, a8, a9 == 1
+      req.held = a10
       replies[i] = acquire(now, req)
     elseif op == 'r' then
-      replies[i] = release(now, a1, a2, a3)
+      replies[i] = release(now, a1, a2, a3, a4)
     else
       replies[i] = check(now, a1)
     end

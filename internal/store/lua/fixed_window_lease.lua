@@ -30,9 +30,9 @@ local function acquire(now, req)
     return again
   end
   local epoch, start, at = roll(st, now)
-  local credited = give_back(st, req.node, now, req.returned_epoch, req.returned)
+  local credited = give_back(st, req.node, now, req.returned_epoch, req.returned, req.held)
   credit(st, epoch, credited, req.returned_epoch)
-  local held = givable(st, req.node, now, epoch)
+  local held = bound_held(givable(st, req.node, now, epoch), req.held)
   if req.returned_epoch == epoch then
     held = held - credited
   end
@@ -58,12 +58,12 @@ end
 
 -- Only a return into the current window is credited; a missing state is an
 -- empty window and takes nothing back.
-local function release(now, node, tokens, ret_epoch)
+local function release(now, node, tokens, ret_epoch, held)
   local st = load(now, true)
   if not st then
     return {}
   end
-  local credited = give_back(st, node, now, ret_epoch, tokens)
+  local credited = give_back(st, node, now, ret_epoch, tokens, held)
   forget(st, node)
   local epoch = roll(st, now)
   credit(st, epoch, credited, ret_epoch)

@@ -54,12 +54,25 @@ local function givable(st, node, now, epoch)
   return h[7] + h[4] * max(min(now, h[1]) - (h[1] - ttl), 0) / 1e6
 end
 
--- give_back is core_holders.go's giveBack: the tokens credited, and what node
--- may still give back.
-local function give_back(st, node, now, epoch, tokens)
+-- bound_held is core_holders.go's heldReport.bound: what the store believes
+-- a holder holds, capped by what it says (held; -1: it did not say).
+local function bound_held(can, held)
+  if held < 0 then
+    return can
+  end
+  return min(can, held)
+end
+
+-- give_back is core_holders.go's giveBack: the tokens credited (none
+-- without held: an older node's return may be of tokens it spent), and
+-- what node may still give back.
+local function give_back(st, node, now, epoch, tokens, held)
   local can = givable(st, node, now, epoch)
-  local credited = min(tokens, floor(can))
-  return credited, can - credited
+  if held < 0 then
+    return 0, can
+  end
+  local credited = min(tokens, held, floor(can))
+  return credited, bound_held(can, held) - credited
 end
 
 -- cap_consumed is core_holders.go's capConsumed, capacity being the rule's.

@@ -62,7 +62,7 @@ local function acquire(now, req)
     return again
   end
   local full_for, full_in_ttl = fullness(st, refill(st, now))
-  local credited, held = give_back(st, req.node, now, 0, req.returned)
+  local credited, held = give_back(st, req.node, now, 0, req.returned, req.held)
   st.t = min(capacity, st.t + credited)
   debit(st, cap_consumed(st, capacity, req.node, now, req.consumed, req.age), req.age)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, 0)
@@ -86,13 +86,13 @@ end
 
 -- A missing state is a full bucket: a return to it changes nothing, so
 -- nothing is written.
-local function release(now, node, tokens)
+local function release(now, node, tokens, _, held)
   local st = load(now, true)
   if not st then
     return {}
   end
   refill(st, now)
-  local credited = give_back(st, node, now, 0, tokens)
+  local credited = give_back(st, node, now, 0, tokens, held)
   forget(st, node)
   st.t = min(capacity, st.t + credited)
   save(st, now)

@@ -113,10 +113,12 @@ func testShareHeldBackByDebt(t *testing.T, h Harness) {
 func testAcquireReturned(t *testing.T, h Harness) {
 	s, r := h.New(t), bucketRule(t, 100)
 	acquire(t, s, r, "k", "a", 100, 0)
-	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 100, Returned: 30}); l.Granted != 30 {
+	req := store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 100, Returned: 30, Held: 100, HeldKnown: true}
+	if l := acquireRate(t, s, req); l.Granted != 30 {
 		t.Fatalf("granted %d after returning 30 to an empty bucket, want 30", l.Granted)
 	}
-	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Returned: 1000}); l.Remaining != 100 {
+	req = store.AcquireRequest{Rule: r, Key: "k", Node: "a", Returned: 1000, Held: 1000, HeldKnown: true}
+	if l := acquireRate(t, s, req); l.Remaining != 100 {
 		t.Fatalf("remaining %d after returning 1000, want the capacity 100", l.Remaining)
 	}
 }

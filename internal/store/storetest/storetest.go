@@ -114,6 +114,9 @@ func Run(t *testing.T, h Harness) {
 		{"ShareEndsWithLease", testShareEndsWithLease},
 		{"ShareHeldBackByDebt", testShareHeldBackByDebt},
 		{"AcquireReturned", testAcquireReturned},
+		{"ReturnsOnAcquireCreditOnlyUnspent", testReturnsOnAcquireCreditOnlyUnspent},
+		{"ReleaseCreditsOnlyUnspent", testReleaseCreditsOnlyUnspent},
+		{"ReturnsCreditHeld", testReturnsCreditHeld},
 		{"AcquireIsIdempotent", testAcquireIsIdempotent},
 		{"StrictConsumptionIsReported", testStrictConsumptionIsReported},
 		{"WindowsLendNoRate", testWindowsLendNoRate},
@@ -195,7 +198,7 @@ func testOldConsumption(t *testing.T, h Harness) {
 	}
 	give := func(r *rules.Rule, key string, n, epoch int64) {
 		t.Helper()
-		if err := s.Release(context.Background(), []store.Return{{Rule: r, Key: key, Node: "n1", Tokens: n, Epoch: epoch}}); err != nil {
+		if err := s.Release(context.Background(), []store.Return{{Rule: r, Key: key, Node: "n1", Tokens: n, Epoch: epoch, Held: n, HeldKnown: true}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -219,15 +222,17 @@ func testOldConsumption(t *testing.T, h Harness) {
 	}
 }
 
+// A node that returns more than it was lent, whatever it says it holds,
+// gets back no more than it was lent.
 func testBucketRelease(t *testing.T, h Harness) {
 	s, r := h.New(t), bucketRule(t, 100)
 	acquire(t, s, r, "k", "n1", 50, 0)
-	ret := []store.Return{{Rule: r, Key: "k", Node: "n1", Tokens: 80}}
+	ret := []store.Return{{Rule: r, Key: "k", Node: "n1", Tokens: 80, Held: 80, HeldKnown: true}}
 	if err := s.Release(context.Background(), ret); err != nil {
 		t.Fatal(err)
 	}
 	if d := check(t, s, r, "k", 1); d.Remaining != 99 {
-		t.Fatalf("remaining %d after over-return, want 99: credit is capped at capacity", d.Remaining)
+		t.Fatalf("remaining %d after over-return, want 99: credit is capped at what was lent, and at capacity", d.Remaining)
 	}
 }
 
@@ -287,7 +292,7 @@ func testFairShare(t *testing.T, h Harness) {
 			t.Fatalf("tiny bucket, node %s got %d", n, l.Granted)
 		}
 	}
-	if err := s.Release(context.Background(), []store.Return{{Rule: small, Key: "k", Node: "a", Tokens: 1}}); err != nil {
+	if err := s.Release(context.Background(), []store.Return{{Rule: small, Key: "k", Node: "a", Tokens: 1, Held: 2, HeldKnown: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if l := acquire(t, s, small, "k", "b", 5, 0); l.Granted != 1 {

@@ -34,7 +34,7 @@ func testFixedWindowLease(t *testing.T, h Harness) {
 	if l2.RetryAfter <= 0 || l2.RetryAfter > slow {
 		t.Fatalf("retry_after %v, want the time to the window's end", l2.RetryAfter)
 	}
-	ret := []store.Return{{Rule: r, Key: "k", Node: "n", Tokens: 5, Epoch: l.Epoch}}
+	ret := []store.Return{{Rule: r, Key: "k", Node: "n", Tokens: 5, Epoch: l.Epoch, Held: 50, HeldKnown: true}}
 	if err := s.Release(context.Background(), ret); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func testFixedWindowOldReturn(t *testing.T, h Harness) {
 	if cur.Epoch <= old.Epoch {
 		t.Fatalf("epoch %d did not move past %d", cur.Epoch, old.Epoch)
 	}
-	ret := []store.Return{{Rule: r, Key: "k", Node: "n", Tokens: 10, Epoch: old.Epoch}}
+	ret := []store.Return{{Rule: r, Key: "k", Node: "n", Tokens: 10, Epoch: old.Epoch, Held: 10, HeldKnown: true}}
 	if err := s.Release(context.Background(), ret); err != nil {
 		t.Fatal(err)
 	}
