@@ -241,7 +241,7 @@ func FuzzRPCFields(f *testing.F) {
 		}
 		for i := range int(entries % 5) {
 			lr := &allotv1.LeaseRequest{Rule: rule, Key: key, Want: want, Consumed: consumed, ConsumedAge: age,
-				WantRate: wantRate, Returned: returned, ReturnedEpoch: epoch}
+				WantRate: wantRate, Returned: returned, ReturnedEpoch: epoch, Held: &returned}
 			if i > 0 { // the others: the same key under other rules, then another key
 				lr.Rule = names[(int(entries)+i)%len(names)]
 				if i%2 == 0 {
@@ -271,7 +271,7 @@ func FuzzRPCFields(f *testing.F) {
 		}
 		release := &allotv1.ReleaseRequest{NodeId: node}
 		for _, lr := range acquire.GetRequests() {
-			release.Returns = append(release.Returns, &allotv1.Return{Rule: lr.GetRule(), Key: lr.GetKey(), Tokens: returned, Epoch: epoch})
+			release.Returns = append(release.Returns, &allotv1.Return{Rule: lr.GetRule(), Key: lr.GetKey(), Tokens: returned, Epoch: epoch, Held: &returned})
 		}
 		resp, err = call(srv, release)
 		checkAnswer(t, set, release, resp, err)
@@ -390,7 +390,7 @@ func checkValid(t *testing.T, set *rules.Set, req proto.Message) {
 			fail("a bad batch")
 		}
 		for _, lr := range req.GetRequests() {
-			entry(lr.GetRule(), lr.GetKey(), true, lr.GetWant(), lr.GetConsumed(), lr.GetReturned())
+			entry(lr.GetRule(), lr.GetKey(), true, lr.GetWant(), lr.GetConsumed(), lr.GetReturned(), lr.GetHeld())
 			if r := lr.GetWantRate(); math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 				fail("a bad want_rate")
 			}
@@ -404,7 +404,7 @@ func checkValid(t *testing.T, set *rules.Set, req proto.Message) {
 			fail("a bad batch")
 		}
 		for _, rt := range req.GetReturns() {
-			entry(rt.GetRule(), rt.GetKey(), true, rt.GetTokens())
+			entry(rt.GetRule(), rt.GetKey(), true, rt.GetTokens(), rt.GetHeld())
 		}
 	case *allotv1.CheckRequest:
 		entry(req.GetRule(), req.GetKey(), false, req.GetCost())

@@ -163,6 +163,9 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		if err := s.limits.checkTokens(field+".returned", lr.GetReturned()); err != nil {
 			return nil, err
 		}
+		if err := s.limits.checkTokens(field+".held", lr.GetHeld()); err != nil {
+			return nil, err
+		}
 		if lr.GetSeq() >= 1<<53 {
 			return nil, invalid(field+".seq", "must be below 2^53, got %d", lr.GetSeq())
 		}
@@ -186,7 +189,10 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		want := min(lr.GetWant(), r.Lease.Max)
 		out[i] = store.AcquireRequest{Rule: r, Key: lr.GetKey(), Node: req.GetNodeId(), Want: want,
 			Consumed: lr.GetConsumed(), ConsumedAge: min(age, maxConsumedAge), WantRate: min(wantRate, r.Rate()),
-			Returned: lr.GetReturned(), ReturnedEpoch: lr.GetReturnedEpoch(), Seq: int64(lr.GetSeq())}
+			Returned: lr.GetReturned(), ReturnedEpoch: lr.GetReturnedEpoch(), Seq: int64(lr.GetSeq()),
+			// A node that does not say what it holds (one before the field)
+			// has its returns credited nothing: see store.AcquireRequest.
+			Held: lr.GetHeld(), HeldKnown: lr.Held != nil}
 	}
 	return out, nil
 }
@@ -233,13 +239,17 @@ func (s *Server) Release(ctx context.Context, req *allotv1.ReleaseRequest) (*all
 		if err := s.limits.checkTokens(field+".tokens", rt.GetTokens()); err != nil {
 			return nil, err
 		}
+		if err := s.limits.checkTokens(field+".held", rt.GetHeld()); err != nil {
+			return nil, err
+		}
 		// One entry per key: a repeated one would be credited twice.
 		k := ruleKey{r.Name, rt.GetKey()}
 		if j, dup := seen[k]; dup {
 			return nil, invalid(field, "repeats the rule and key of returns[%d]", j)
 		}
 		seen[k] = i
-		rets[i] = store.Return{Rule: r.ForKey(rt.GetKey()), Key: rt.GetKey(), Node: req.GetNodeId(), Tokens: rt.GetTokens(), Epoch: rt.GetEpoch()}
+		rets[i] = store.Return{Rule: r.ForKey(rt.GetKey()), Key: rt.GetKey(), Node: req.GetNodeId(), Tokens: rt.GetTokens(), Epoch: rt.GetEpoch(),
+			Held: rt.GetHeld(), HeldKnown: rt.Held != nil}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
@@ -133,6 +134,7 @@ func TestBadAcquireRequests(t *testing.T) {
 		{"NaN want_rate", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", WantRate: math.NaN()}}}, codes.InvalidArgument, "requests[0].want_rate"},
 		{"infinite want_rate", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", WantRate: math.Inf(1)}}}, codes.InvalidArgument, "requests[0].want_rate"},
 		{"negative returned", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Returned: -3}}}, codes.InvalidArgument, "requests[0].returned"},
+		{"negative held", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Held: proto.Int64(-1)}}}, codes.InvalidArgument, "requests[0].held"},
 		{"unknown rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "nope", Key: "k", Want: 1}}}, codes.NotFound, "requests[0].rule"},
 		{"malformed rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "no pe", Key: "k", Want: 1}}}, codes.InvalidArgument, "requests[0].rule"},
 		{"strict rule", &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "log", Key: "k", Want: 1}}}, codes.FailedPrecondition, "requests[0].rule"},
@@ -188,6 +190,7 @@ func TestBadCheckAndReleaseRequests(t *testing.T) {
 	}{
 		{"no node", &allotv1.ReleaseRequest{Returns: []*allotv1.Return{{Rule: "tb", Key: "k", Tokens: 1}}}, codes.InvalidArgument, "node_id"},
 		{"negative tokens", &allotv1.ReleaseRequest{NodeId: "n", Returns: []*allotv1.Return{{Rule: "tb", Key: "k", Tokens: -1}}}, codes.InvalidArgument, "returns[0].tokens"},
+		{"negative held", &allotv1.ReleaseRequest{NodeId: "n", Returns: []*allotv1.Return{{Rule: "tb", Key: "k", Tokens: 1, Held: proto.Int64(-1)}}}, codes.InvalidArgument, "returns[0].held"},
 		{"unknown rule", &allotv1.ReleaseRequest{NodeId: "n", Returns: []*allotv1.Return{{Rule: "x", Key: "k"}}}, codes.NotFound, "returns[0].rule"},
 	}
 	for _, tc := range releases {
@@ -217,7 +220,7 @@ func TestAcquireAndCheck(t *testing.T) {
 	if resp.RulesVersion == "" {
 		t.Fatal("no rules_version")
 	}
-	if _, err := c.Release(ctx(t), &allotv1.ReleaseRequest{NodeId: "n1", Returns: []*allotv1.Return{{Rule: "tb", Key: "a", Tokens: 40}}}); err != nil {
+	if _, err := c.Release(ctx(t), &allotv1.ReleaseRequest{NodeId: "n1", Returns: []*allotv1.Return{{Rule: "tb", Key: "a", Tokens: 40, Held: proto.Int64(40)}}}); err != nil {
 		t.Fatal(err)
 	}
 	chk, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "a", Cost: 100})
@@ -227,6 +230,25 @@ func TestAcquireAndCheck(t *testing.T) {
 	chk, err = c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "a"})
 	if err != nil || chk.Allowed || chk.RetryAfter.AsDuration() <= 0 {
 		t.Fatalf("check on an empty bucket: %v %v", chk, err)
+	}
+}
+
+// A return without held (a node before the field) credits nothing: the
+// allocator cannot tell tokens given back from tokens spent.
+func TestReturnWithoutHeldCreditsNothing(t *testing.T) {
+	c, _ := serve(t, memory(t))
+	if _, err := c.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "old", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "a", Want: 40}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "old", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "a", Returned: 20}}})
+	if err != nil || resp.Leases[0].Remaining != 60 {
+		t.Fatalf("an Acquire returning 20 without held: %v %v, want nothing credited (60 left)", resp, err)
+	}
+	if _, err := c.Release(ctx(t), &allotv1.ReleaseRequest{NodeId: "old", Returns: []*allotv1.Return{{Rule: "tb", Key: "a", Tokens: 40}}}); err != nil {
+		t.Fatal(err)
+	}
+	if chk, err := c.Check(ctx(t), &allotv1.CheckRequest{Rule: "tb", Key: "a", Cost: 61}); err != nil || chk.Allowed || chk.Remaining != 60 {
+		t.Fatalf("after a Release of 40 without held: %v %v, want nothing credited (60 left)", chk, err)
 	}
 }
 
