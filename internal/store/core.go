@@ -73,6 +73,12 @@ func ratePerUS(r *rules.Rule) float64 { return float64(r.Limit) / float64(period
 
 func us(d int64) time.Duration { return time.Duration(d) * time.Microsecond }
 
+// absenceUS is rules.LeaseTuning.Absence in the scripts' whole µs: a
+// minute, or 30 lease TTLs if longer.
+func absenceUS(r *rules.Rule) int64 {
+	return max(time.Minute.Microseconds(), 30*r.Lease.TTL.Microseconds())
+}
+
 // maxWaitUS caps every computed wait and lifetime (~35.7 years). A token
 // bucket with a large burst and a tiny rate (say burst 1e6, 1 token a year)
 // would otherwise need more microseconds than an int64 holds: the conversion
@@ -97,12 +103,13 @@ func sortedSum(xs []float64) float64 {
 	return sum
 }
 
-// acquire grants one lease. consumed is debited first. A token bucket may go
-// into debt of at most one capacity, less what it would have refilled since
-// the consumption began (ConsumedAge): tokens admitted in fallback a second
-// ago have been paid back by a second of refill, and charging them again in
-// full would stall the key after every outage. A window's count may reach
-// 2x its limit, or only the limit for consumption older than the window.
+// acquire grants one lease. consumed is debited first, in full however late
+// it is reported (DESIGN guarantee 4): a bucket's debt is repaid by refill,
+// never forgiven, or the tokens a node admitted on its fallback would be
+// admitted again by the rest of the fleet. What one report can debit is
+// bounded by what the node's fallback share could have admitted
+// (capConsumed). A window's count may reach 2x its limit, or only the limit
+// for consumption older than the window.
 func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
 	ttl := r.Lease.TTL.Microseconds()
 	if !r.Leasable() {
@@ -163,10 +170,11 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 // consumed is (a log takes entries up to its limit).
 func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	l := Lease{TTL: us(ttl)}
+	consumed := st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge)
 	switch r.Algorithm {
 	case rules.TokenBucket:
 		st.refill(r, now)
-		st.debitBucket(r, req.Consumed, req.ConsumedAge)
+		st.debitBucket(float64(consumed))
 		l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 		st.expires = now + ceilUS((float64(r.Burst)-st.tokens)/ratePerUS(r)) + ttl
 	case rules.SlidingLog:
@@ -174,7 +182,7 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 		l.Remaining = r.Limit - st.logCount()
 	default:
 		_, start, _ := st.roll(r, now)
-		st.debitWindow(r, req.Consumed, req.ConsumedAge)
+		st.debitWindow(r, consumed, req.ConsumedAge)
 		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
 		st.expires = start + 2*periodUS(r) + ttl
 		if r.Algorithm == rules.FixedWindow {

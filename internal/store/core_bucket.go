@@ -2,7 +2,6 @@ package store
 
 import (
 	"math"
-	"time"
 
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -115,7 +114,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	fullFor, fullInTTL := st.fullness(st.refill(r, now), ttl)
 	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned, reportOf(req.Held, req.HeldKnown))
 	st.tokens = math.Min(capacity, st.tokens+float64(credited))
-	st.debitBucket(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge)
+	st.debitBucket(float64(st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge)))
 	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl, held, 0)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
@@ -136,14 +135,10 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 }
 
 // debitBucket takes tokens admitted outside the allocator out of a refilled
-// bucket, into a debt of at most one capacity less what refilling has
-// repaid since they were admitted (age).
-func (st *state) debitBucket(r *rules.Rule, consumed int64, age time.Duration) {
-	capacity := float64(r.Burst)
-	repaid := float64(age.Microseconds()) * ratePerUS(r)
-	floor := math.Min(st.tokens, -math.Max(capacity-repaid, 0))
-	st.tokens = math.Max(st.tokens-float64(consumed), floor)
-}
+// bucket, in full: a debt is repaid by refill, never forgiven, however long
+// ago the tokens were admitted. What a report may debit is bounded before
+// (capConsumed), which is what bounds the debt.
+func (st *state) debitBucket(debit float64) { st.tokens -= debit }
 
 func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
 	capacity, rate := float64(r.Burst), ratePerUS(r)

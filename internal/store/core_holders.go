@@ -85,7 +85,10 @@ func (h heldReport) bound(can float64) float64 {
 
 // capConsumed bounds what a node reports as admitted without a lease by
 // what its fallback share could have admitted since age ago: the burst and
-// the rate divided over the key's holders, the node counted. No report can
+// the rate divided over the key's holders, the node counted. The age counts
+// up to an absence (rules.LeaseTuning.Absence): consumption is debited in
+// full however late, so without a bound on the age one report of an old
+// outage could put the key in debt for as long as it claims. No report can
 // put another holder's key in debt beyond that.
 func (st *state) capConsumed(r *rules.Rule, node string, now, consumed int64, age time.Duration) int64 {
 	if consumed <= 0 {
@@ -97,7 +100,8 @@ func (st *state) capConsumed(r *rules.Rule, node string, now, consumed int64, ag
 			n++
 		}
 	}
-	limit := float64(r.Capacity())/float64(n) + float64(age.Microseconds())*ratePerUS(r)/float64(n)
+	ageUS := min(age.Microseconds(), absenceUS(r))
+	limit := float64(r.Capacity())/float64(n) + float64(ageUS)*ratePerUS(r)/float64(n)
 	return min(consumed, int64(math.Ceil(math.Min(limit, maxWaitUS))))
 }
 

@@ -46,8 +46,9 @@ local fmod, sort, sub = math.fmod, table.sort, string.sub
 local pack, unpack_all = cmsgpack.pack, cmsgpack.unpack
 local unpack_n, call = cmsgpack.unpack_limit, redis.call
 
--- The item being run: its key and rule.
-local key, limit, period, burst, ttl
+-- The item being run: its key and rule, and the rule's absence (µs:
+-- core.go's absenceUS, set by dispatch).
+local key, limit, period, burst, ttl, absence
 
 -- Must equal maxWaitUS in core.go.
 local max_wait = 2 ^ 50
@@ -213,6 +214,7 @@ local function dispatch(acquire, release, check, setup)
     local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10
     limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10 =
       unpack_all(ARGV[i + 1])
+    absence = max(60000000, 30 * ttl)
     if setup then
       setup()
     end

@@ -86,7 +86,7 @@ local function cap_consumed(st, capacity, node, now, consumed, age)
       n = n + 1
     end
   end
-  local cap = capacity / n + age * (limit / period) / n
+  local cap = capacity / n + min(age, absence) * (limit / period) / n
   return min(consumed, ceil(min(cap, max_wait)))
 end
 

@@ -14,9 +14,10 @@ end
 
 -- report is core.go's report for a strict window.
 local function report(now, req)
-  local st = load(now) or fresh()
+  local st = load(now, true) or fresh()
+  local consumed = cap_consumed(st, limit, req.node, now, req.consumed, req.age)
   local _, start = roll(st, now)
-  debit_window(st, req.consumed, req.age)
+  debit_window(st, consumed, req.age)
   st.x = start + 2 * period + ttl
   save(st, now)
   return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }

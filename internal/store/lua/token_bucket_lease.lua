@@ -22,17 +22,17 @@ local function lend_rate(st, node)
   return share
 end
 
--- debit is core_bucket.go's debitBucket.
-local function debit(st, consumed, age)
-  local bottom = min(st.t, -max(capacity - age * rate, 0))
-  st.t = max(st.t - consumed, bottom)
+-- debit is core_bucket.go's debitBucket: in full, a debt never forgiven.
+local function debit(st, consumed)
+  st.t = st.t - consumed
 end
 
 -- report is core.go's report for a strict token bucket.
 local function report(now, req)
   local st = load(now, true) or fresh(now)
+  local consumed = cap_consumed(st, capacity, req.node, now, req.consumed, req.age)
   refill(st, now)
-  debit(st, req.consumed, req.age)
+  debit(st, consumed)
   st.x = now + ceil_us((capacity - st.t) / rate) + ttl
   save(st, now)
   return { 0, floor(max(st.t, 0)), ttl, 0, 0, 0, '0' }
@@ -64,7 +64,7 @@ local function acquire(now, req)
   local full_for, full_in_ttl = fullness(st, refill(st, now))
   local credited, held = give_back(st, req.node, now, 0, req.returned, req.held)
   st.t = min(capacity, st.t + credited)
-  debit(st, cap_consumed(st, capacity, req.node, now, req.consumed, req.age), req.age)
+  debit(st, cap_consumed(st, capacity, req.node, now, req.consumed, req.age))
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, 0)
   local g = fair_grant(floor(max(st.t, 0)), req.want, others)
   st.t = st.t - g
