@@ -199,10 +199,10 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 
 type ruleKey struct{ rule, key string }
 
-// maxConsumedAge bounds the age a node may claim: older than this, every
-// debt is forgiven anyway, and the cap keeps the arithmetic far from
-// overflow.
-const maxConsumedAge = 24 * time.Hour
+// maxConsumedAge bounds the age a node may claim: the store counts an age
+// up to a lease's absence at most, which is longest for the longest TTL,
+// and the cap keeps the arithmetic far from overflow.
+var maxConsumedAge = rules.LeaseTuning{TTL: rules.MaxLeaseTTL}.Absence()
 
 func (s *Server) leasableRule(set *rules.Set, field, name string) (*rules.Rule, error) {
 	r, err := lookup(set, field, name)
