@@ -1,0 +1,169 @@
+package oracle
+
+import "time"
+
+// logHorizon is how many periods of the store's clock a sliding log's
+// check remembers below the latest admission: a store clock stepped back
+// further is checked against what is kept (Checked.BeyondHorizon).
+const logHorizon = 8
+
+// Admitted records a request the fleet let through: at is true time,
+// storeAt the store's clock at that instant (for a strict rule decided
+// centrally, the store's clock when it decided), mode how it was decided.
+// It checks every bound the admission takes part in.
+//
+// A Fallback admission is reserved when node held a lease on the key (a
+// grant of tokens or a share) whose latest end, delivery + ttl, is within
+// the rule's Absence before at, and has not released the key since; every
+// other fallback admission, and every one of a strict rule, is unreserved.
+// Unreserved admissions are left out of the fleet's sums and held to the
+// node's own fallback bound (docs/bounds.md, "Gaps, said").
+func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string, cost int64, mode Mode) {
+	if !o.tick(at, "admission", rule, key) {
+		return
+	}
+	if mode < Lease || mode > Strict || cost < 0 {
+		o.usage(at, rule, key, "admission by node %d of cost %d in mode %v", node, cost, mode)
+		return
+	}
+	ks := o.key(at, rule, key)
+	if ks == nil {
+		return
+	}
+	v, ns := ks.rs.cur(), ks.node(node)
+	o.checked.Admitted++
+	ev := traceEv{kind: evAdmitted, mode: mode, node: node, n: cost, at: at, store: storeAt}
+	unreserved := false
+	switch mode {
+	case Lease:
+		o.checked.Lease++
+		ns.spent += cost
+	case Strict:
+		o.checked.Strict++
+	case Fallback:
+		o.checked.Fallback++
+		ev.class = 1
+		if v.Strict || !ns.reserved(at, v.Absence) {
+			ev.class, unreserved = 2, true
+			o.checked.Unreserved++
+		}
+	}
+	ks.trace.push(ev)
+	if v.FailClosed {
+		if mode == Fallback {
+			o.breach(ks, Violation{Invariant: InvClosed, Node: node, From: at, To: at, At: at,
+				Measured: float64(cost)}, record{})
+		} else {
+			ks.pass(InvClosed, node)
+		}
+	}
+	vlo := ks.rs.lookback(at)
+	switch v.Algorithm {
+	case TokenBucket:
+		o.admitBucket(ks, ns, node, at, cost, vlo, unreserved)
+	case FixedWindow, SlidingWindow:
+		o.admitWindow(ks, ns, node, at, storeAt, cost, vlo, unreserved)
+	case SlidingLog:
+		o.admitLog(ks, ns, node, at, storeAt, cost, vlo, unreserved)
+	}
+	ks.acc.admitted += cost
+	o.countFair(ks, at, node, cost)
+}
+
+func (o *Oracle) admitBucket(ks *keyState, ns *nodeState, node int, at time.Duration, cost int64, vlo int, unreserved bool) {
+	if unreserved {
+		if ns.fbBucket == nil {
+			ns.fbBucket = &rateBound{}
+		}
+		o.judgeRate(ks, InvFallbackBucket, node, at, ns.fbBucket.admit(ks.rs, o.n, float64(at), cost, vlo))
+		return
+	}
+	c := &ks.checks
+	if c.bucket == nil {
+		c.bucket = &rateBound{}
+		c.second = newWindowSum(ks.rs, boundSecond, o.n, time.Second, time.Second, true)
+	}
+	o.judgeRate(ks, InvBucket, -1, at, c.bucket.admit(ks.rs, 0, float64(at), cost, vlo))
+	sv := c.second.add(at, cost, vlo)
+	switch {
+	case sv.ok:
+		ks.pass(InvBucketSecond, -1)
+	case o.calm(ks.id.rule, at-time.Second, sv.from, time.Second):
+		// Some 1-s window holding these admissions is calm, as far as the
+		// faults known now tell.
+		o.breach(ks, Violation{Invariant: InvBucketSecond, Node: -1, From: sv.from, To: sv.to, At: at,
+			Measured: float64(sv.sum), Bound: sv.bound}, record{calm: true, sLo: at - time.Second, sHi: sv.from})
+	}
+}
+
+func (o *Oracle) judgeRate(ks *keyState, inv Invariant, node int, at time.Duration, vd rateVerdict) {
+	if vd.ok {
+		ks.pass(inv, node)
+		return
+	}
+	o.breach(ks, Violation{Invariant: inv, Node: node, From: time.Duration(vd.from), To: time.Duration(vd.to), At: at,
+		Measured: vd.measured, Bound: vd.boundVal}, record{})
+}
+
+func (o *Oracle) admitWindow(ks *keyState, ns *nodeState, node int, at, storeAt time.Duration, cost int64, vlo int, unreserved bool) {
+	p := ks.rs.cur().Period
+	if unreserved {
+		if ns.fbCounts == nil {
+			ns.fbCounts = newWindowCounts(ks.rs, boundNodeLimit, o.n, p)
+		}
+		o.judgeCount(ks, InvFallbackWindow, node, at, p, ns.fbCounts.add(storeAt, cost, vlo))
+		return
+	}
+	c := &ks.checks
+	if c.counts == nil {
+		c.counts = newWindowCounts(ks.rs, boundLimit, o.n, p)
+	}
+	o.judgeCount(ks, InvWindow, -1, at, p, c.counts.add(storeAt, cost, vlo))
+	if ks.rs.cur().Algorithm != SlidingWindow {
+		return
+	}
+	if c.twice == nil {
+		c.twice = newWindowSum(ks.rs, boundTwice, o.n, p, p, false)
+	}
+	o.judgeSum(ks, InvSlidingTwice, -1, at, false, c.twice.add(at, cost, vlo))
+}
+
+func (o *Oracle) judgeCount(ks *keyState, inv Invariant, node int, at, p time.Duration, cv countVerdict) {
+	switch {
+	case cv.beyond:
+		o.checked.BeyondHorizon++
+	case cv.ok:
+		ks.pass(inv, node)
+	default:
+		o.breach(ks, Violation{Invariant: inv, Node: node, From: time.Duration(cv.k) * p, To: time.Duration(cv.k+1) * p,
+			StoreTime: true, At: at, Measured: float64(cv.sum), Bound: cv.bound}, record{})
+	}
+}
+
+func (o *Oracle) admitLog(ks *keyState, ns *nodeState, node int, at, storeAt time.Duration, cost int64, vlo int, unreserved bool) {
+	p := ks.rs.cur().Period
+	if unreserved {
+		if ns.fbLog == nil {
+			ns.fbLog = newWindowSum(ks.rs, boundNodeLimit, o.n, p, p, false)
+		}
+		o.judgeSum(ks, InvFallbackLog, node, at, false, ns.fbLog.add(at, cost, vlo))
+		return
+	}
+	c := &ks.checks
+	if c.log == nil {
+		c.log = newWindowSum(ks.rs, boundLimit, o.n, p, logHorizon*p, false)
+	}
+	o.judgeSum(ks, InvLog, -1, at, true, c.log.add(storeAt, cost, vlo))
+}
+
+func (o *Oracle) judgeSum(ks *keyState, inv Invariant, node int, at time.Duration, store bool, wv windowVerdict) {
+	if wv.beyond {
+		o.checked.BeyondHorizon++
+	}
+	if wv.ok {
+		ks.pass(inv, node)
+		return
+	}
+	o.breach(ks, Violation{Invariant: inv, Node: node, From: wv.from, To: wv.to, StoreTime: store, At: at,
+		Measured: float64(wv.sum), Bound: wv.bound}, record{})
+}

@@ -1,0 +1,68 @@
+package oracle
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// fault is a span of true time in which the world was faulty.
+type fault struct {
+	from, to time.Duration
+	what     string
+}
+
+// Fault marks the world faulty over [from, to): a partition, a clock step,
+// a crash, an allocator restart, a lossy network. A run with a fault is not
+// calm (no accuracy verdict), and no 1-s check or fairness verdict is given
+// for a window overlapping [from − L, to + L), L the rule's largest TTL: a
+// lease granted before the fault may be spent in it, and one granted in it
+// after it. A fault may be recorded late, even after the events it
+// excuses: a calm violation it excuses is withdrawn.
+func (o *Oracle) Fault(from, to time.Duration, what string) {
+	if to < from {
+		o.usage(o.now, "", "", "fault %q ends at %v before it begins at %v", what, to, from)
+		return
+	}
+	f := fault{from: from, to: to, what: what}
+	i, _ := slices.BinarySearchFunc(o.faults, f, func(a, b fault) int { return cmp.Compare(a.from, b.from) })
+	o.faults = slices.Insert(o.faults, i, f)
+	if o.cfg.Trace != nil {
+		o.cfg.Trace(fmt.Sprintf("oracle: fault [%v, %v): %s", from, to, what))
+	}
+}
+
+// Cut says node was cut off from the allocator over [from, to). A cut is a
+// partition: it is a fault (see Fault).
+func (o *Oracle) Cut(node int, from, to time.Duration) {
+	o.Fault(from, to, fmt.Sprintf("node %d cut off from the allocator", node))
+}
+
+// calm says whether some window [s, s+w] with s in [lo, hi] overlaps no
+// fault's excuse [from − L, to + L), L the rule's largest TTL. Starts a
+// fault rules out are [from − L − w, to + L); the faults are kept by from,
+// so a sweep finds a start no fault rules out.
+func (o *Oracle) calm(rule string, lo, hi, w time.Duration) bool {
+	var l time.Duration
+	if rs := o.rules[rule]; rs != nil {
+		l = rs.maxTTL
+	}
+	p := lo
+	for _, f := range o.faults {
+		a, b := f.from-l-w, f.to+l
+		if a > p {
+			break // p is free, and every later fault starts after it
+		}
+		p = max(p, b)
+		if p > hi {
+			return false
+		}
+	}
+	return p <= hi
+}
+
+// excused says whether the faults known now excuse a calm record.
+func (o *Oracle) excused(r *record) bool {
+	return r.calm && !o.calm(r.v.Rule, r.sLo, r.sHi, time.Second)
+}
