@@ -6,12 +6,11 @@ import "time"
 // on its leases and what it gave back, and whether the store reserves its
 // fallback.
 //
-// Returns: at every instant, cumulative returns ≤ cumulative granted
-// tokens + share earnable − cumulative Lease admissions, + 1 for rounding.
-// A grant's share (rate_i tokens/s) is earnable from its delivery at_i
-// until its request's send time + ttl_i, or until the next grant replaces
-// it, or until the node releases the key, and only up to the instant of
-// the return: a node cannot give back what it has not earned yet.
+// Returns: cumulative returns ≤ cumulative granted tokens + share earnable
+// − cumulative Lease admissions, + 1 for rounding. Grant i's share earns
+// rate_i·max(0, min(sentAt_i + ttl_i, at_{i+1}) − at_i): from its delivery
+// until its request's send time + ttl, or until the next grant replaces
+// it. The current grant's share counts in full from its delivery on.
 type holder struct {
 	granted  int64   // tokens granted
 	earned   float64 // share earnable by the grants already replaced
@@ -26,25 +25,20 @@ type holder struct {
 	leaseEnd time.Duration // the latest end of such a lease: delivery + ttl
 }
 
-// earnable is the share the current grant could have earned by at.
-func (h *holder) earnable(at time.Duration) float64 {
+// earnable is the share the current grant earns if nothing replaces it
+// before until.
+func (h *holder) earnable(until time.Duration) float64 {
 	if !h.share {
 		return 0
 	}
-	return h.rate * max(0, min(h.shareEnd, at)-h.shareAt).Seconds()
-}
-
-// closeShare ends the current grant's share at at.
-func (h *holder) closeShare(at time.Duration) {
-	h.earned += h.earnable(at)
-	h.share = false
+	return h.rate * max(0, min(h.shareEnd, until)-h.shareAt).Seconds()
 }
 
 // grant records a lease answer delivered at at for a request sent at
 // sentAt. Every answer replaces the share before it; one that lends tokens
 // or a share makes the node a holder.
 func (h *holder) grant(at, sentAt time.Duration, tokens int64, rate float64, ttl time.Duration) {
-	h.closeShare(at)
+	h.earned += h.earnable(at)
 	h.granted += tokens
 	h.share, h.shareAt, h.shareEnd, h.rate = true, at, sentAt+ttl, rate
 	if tokens > 0 || rate > 0 {
@@ -55,15 +49,13 @@ func (h *holder) grant(at, sentAt time.Duration, tokens int64, rate float64, ttl
 	}
 }
 
-// release records that the node gave the key up: no share, no holder.
-func (h *holder) release(at time.Duration) {
-	h.closeShare(at)
-	h.holds = false
-}
+// release records that the node gave the key up: it is no longer a
+// holder. Its share's account runs on until the next grant.
+func (h *holder) release() { h.holds = false }
 
-// held is what the node may hold unspent at at, before the tolerance.
-func (h *holder) held(at time.Duration) float64 {
-	return float64(h.granted) + h.earned + h.earnable(at) - float64(h.spent)
+// held is what the node may hold unspent, before the tolerance.
+func (h *holder) held() float64 {
+	return float64(h.granted) + h.earned + h.earnable(forever) - float64(h.spent)
 }
 
 // reserved says whether a fallback admission at at falls in the store's

@@ -124,7 +124,7 @@ func (o *Oracle) key(at time.Duration, rule, key string) *keyState {
 		o.keys[id] = ks
 	}
 	if e := ks.rs.cur().epoch; e != ks.epoch {
-		ks.epoch, ks.checks = e, checks{}
+		ks.epoch, ks.checks, ks.open = e, checks{}, nil
 		ks.acc.reset()
 	}
 	return ks
@@ -195,7 +195,7 @@ func (o *Oracle) Returned(at time.Duration, node int, rule, key string, tokens i
 	if tokens <= 0 {
 		return
 	}
-	if bd := ns.held(at) + 1; exceeds(float64(ns.returned), bd) {
+	if bd := ns.held() + 1; exceeds(float64(ns.returned), bd) {
 		o.breach(ks, Violation{Invariant: InvReturns, Node: node, From: 0, To: at, At: at,
 			Measured: float64(ns.returned), Bound: bd}, record{})
 	} else {
@@ -204,7 +204,7 @@ func (o *Oracle) Returned(at time.Duration, node int, rule, key string, tokens i
 }
 
 // Released records that node released (rule, key): it is no longer a
-// holder, and its share ends.
+// holder (its fallback is no longer reserved).
 func (o *Oracle) Released(at time.Duration, node int, rule, key string) {
 	if !o.tick(at, "release", rule, key) {
 		return
@@ -214,6 +214,6 @@ func (o *Oracle) Released(at time.Duration, node int, rule, key string) {
 		return
 	}
 	o.checked.Released++
-	ks.node(node).release(at)
+	ks.node(node).release()
 	ks.trace.push(traceEv{kind: evReleased, node: node, at: at})
 }
