@@ -11,7 +11,6 @@ import (
 // The table tests feed small histories of one rule "r" and key "k" and
 // compare the violations with the exact ones wanted.
 
-
 // ev is one event of a history.
 type ev func(o *Oracle)
 
