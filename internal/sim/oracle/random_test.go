@@ -172,3 +172,63 @@ func TestWindowSumMatchesBruteForce(t *testing.T) {
 		t.Fatalf("only %d violations and %d steps back: the histories do not test much", violations, back)
 	}
 }
+
+// TestCentralLimiterPasses: what an exact central limiter admits breaks no
+// bound, over random loads and reloads (a bucket carries its tokens over a
+// reload, capped at the new burst).
+func TestCentralLimiterPasses(t *testing.T) {
+	for seed := range 200 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 13))
+		alg := []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingLog}[seed%4]
+		rule := func() Rule {
+			r := Rule{Name: "r", Algorithm: alg, Limit: 1 + rng.Int64N(40), Period: time.Second,
+				TTL: time.Duration(1+rng.IntN(100)) * 10 * ms}
+			if alg == TokenBucket {
+				r.Period, r.Burst = time.Duration(1+rng.IntN(20))*100*ms, 1+rng.Int64N(60)
+			}
+			return r
+		}
+		o := New(Config{Nodes: 3})
+		r := rule()
+		o.SetRule(0, r)
+		tokens, last := float64(r.Burst), time.Duration(0)
+		if r.Burst == 0 {
+			tokens = float64(r.Limit)
+		}
+		var admitted []histPt // (time, cost) of what the central limiter let through
+		now := time.Duration(0)
+		for range 400 {
+			now += time.Duration(rng.IntN(60)) * ms
+			if alg == TokenBucket && rng.IntN(40) == 0 {
+				r = rule()
+				o.SetRule(now, r)
+			}
+			cost := 1 + rng.Int64N(3)
+			ok := false
+			switch alg {
+			case TokenBucket:
+				b := float64(max(r.Burst, 1))
+				tokens = min(b, tokens+float64(r.Limit)/r.Period.Seconds()*(now-last).Seconds())
+				last = now
+				if ok = tokens >= float64(cost); ok {
+					tokens -= float64(cost)
+				}
+			case FixedWindow, SlidingWindow, SlidingLog:
+				var in int64
+				for _, p := range admitted {
+					if (alg == SlidingLog && p.x > now-r.Period) || (alg != SlidingLog && p.x/r.Period == now/r.Period) {
+						in += p.c
+					}
+				}
+				ok = in+cost <= r.Limit
+			}
+			if ok {
+				admitted = append(admitted, histPt{x: now, c: cost})
+				o.Admitted(now, now, rng.IntN(3), "r", "k", cost, Strict)
+			}
+		}
+		if v := o.Violations(); len(v) > 0 {
+			t.Fatalf("seed %d (%v): %v", seed, alg, v[0])
+		}
+	}
+}
