@@ -38,6 +38,10 @@ type holder struct {
 	// its share earned since its last request.
 	held  float64
 	epoch int64
+	// n is the holder count its last lease told it (Lease.Holders): what
+	// its fallback divides by, and so what the store reserves for it while
+	// it is absent (core_absence.go).
+	n int64
 }
 
 // newState is what a missing key means: a full bucket, an empty window.
@@ -106,10 +110,12 @@ func sortedSum(xs []float64) float64 {
 // acquire grants one lease. consumed is debited first, in full however late
 // it is reported (DESIGN guarantee 4): a bucket's debt is repaid by refill,
 // never forgiven, or the tokens a node admitted on its fallback would be
-// admitted again by the rest of the fleet. What one report can debit is
-// bounded by what the node's fallback share could have admitted
-// (capConsumed). A window's count may reach 2x its limit, or only the limit
-// for consumption older than the window.
+// admitted again by the rest of the fleet; what the store reserved for the
+// node while it was absent covers its part (core_absence.go). What one
+// report can debit is bounded by what the node's fallback share could have
+// admitted (capConsumed). A window takes consumption that began in it, up
+// to 2x its limit; what began in a window that has ended is dropped with
+// that window.
 func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
 	ttl := r.Lease.TTL.Microseconds()
 	if !r.Leasable() {
@@ -143,8 +149,9 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 		return Lease{}, false
 	}
 	l := Lease{Granted: h.granted, Rate: h.rate, TTL: us(ttl)}
+	a := absenceUS(r)
 	for _, o := range st.holders {
-		if o.until > now {
+		if o.known(now, a) {
 			l.Holders++
 		}
 	}
@@ -176,18 +183,19 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 		st.refill(r, now)
 		st.debitBucket(float64(consumed))
 		l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
-		st.expires = now + ceilUS((float64(r.Burst)-st.tokens)/ratePerUS(r)) + ttl
+		st.expires = st.bucketExpiry(r, now, ttl)
 	case rules.SlidingLog:
 		st.reportLog(r, now, req)
 		l.Remaining = r.Limit - st.logCount()
 	default:
-		_, start, _ := st.roll(r, now)
-		st.debitWindow(r, consumed, req.ConsumedAge)
+		_, start, at := st.roll(r, now)
+		st.debitWindow(r, consumed, req.ConsumedAge, at, start)
 		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
 		st.expires = start + 2*periodUS(r) + ttl
 		if r.Algorithm == rules.FixedWindow {
 			st.expires = start + periodUS(r) + ttl
 		}
+		st.expires = max(st.expires, st.keptUntil(r))
 	}
 	return l
 }

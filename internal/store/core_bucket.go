@@ -11,32 +11,38 @@ import (
 
 // refill adds what the central bucket earned since the last refill: the
 // rule's rate, less the shares of it lent to holders, each until its lease
-// ended. Shares never sum above the rate, so the bucket only grows over the
-// interval and capping it at the end is exact. A clock that steps back
-// earns nothing and does not move the stamp back.
+// ended, and less the absent holders' reservations, each from when its
+// lease ended until its absence did (core_absence.go). Shares never sum
+// above the rate, so without reservations the bucket only grows over the
+// interval and capping it at the end is exact. Reservations may pass it
+// with the shares, or alone (each is the rate over the count its holder
+// was last told, and holders told of fewer reserve more): the bucket then
+// earns nothing, never less. A clock that steps back earns nothing and
+// does not move the stamp back.
 //
 // It returns how long the bucket has been full at now, in µs, as far as
 // what it could not hold tells: the overflow at the part of the rate no
-// share holds at now. Shares only end between two refills, so that part
-// only grew over the interval, and the answer is never more than the
-// truth. 0 when it is below capacity.
+// share or reservation holds at now. Shares only end between two refills,
+// so that part only grew over the interval, and the answer is never more
+// than the truth. 0 when it is below capacity.
 func (st *state) refill(r *rules.Rule, now int64) int64 {
 	if now <= st.stamp {
 		return 0
 	}
-	var lent []float64
+	var withheld []float64
 	for _, h := range st.holders {
 		if end := min(h.until, now); h.rate > 0 && end > st.stamp {
-			lent = append(lent, h.rate*float64(end-st.stamp)/1e6)
+			withheld = append(withheld, h.rate*float64(end-st.stamp)/1e6)
 		}
 	}
-	earned := float64(now-st.stamp)*ratePerUS(r) - sortedSum(lent)
+	withheld = st.reserved(r, st.stamp, now, withheld)
+	earned := float64(now-st.stamp)*ratePerUS(r) - sortedSum(withheld)
 	sum := st.tokens + math.Max(earned, 0)
 	st.tokens = math.Min(float64(r.Burst), sum)
 	full := int64(0)
 	if over := sum - float64(r.Burst); over > 0 {
 		full = now - st.stamp
-		if free := ratePerUS(r) - st.lentRate(now)/1e6; free > 0 {
+		if free := ratePerUS(r) - st.withheldRate(r, now)/1e6; free > 0 {
 			full = int64(math.Min(math.Floor(over/free), float64(full)))
 		}
 	}
@@ -83,43 +89,52 @@ func (st *state) fullness(full, ttl int64) (fullFor, fullInTTL int64) {
 	return min(full, ttl), min(fullInTTL, ttl)
 }
 
-// lentRate is the sum of the shares active at now, in tokens per second.
-func (st *state) lentRate(now int64) float64 {
+// withheldRate is the sum of the shares and the reservations active at
+// now, in tokens per second: the part of the rate the bucket does not
+// earn.
+func (st *state) withheldRate(r *rules.Rule, now int64) float64 {
+	a := absenceUS(r)
 	var rates []float64
 	for _, h := range st.holders {
-		if h.rate > 0 && h.until > now {
+		if h.rate > 0 && h.present(now) {
 			rates = append(rates, h.rate)
+		}
+		if h.absentAt(now, a) {
+			rates = append(rates, h.reservedRate(r))
 		}
 	}
 	return sortedSum(rates)
 }
 
 // refillWait is how long the central bucket takes to earn need tokens at
-// the part of the rate no share holds; with all of it lent, the shares end
-// or are renewed within a TTL, so it says a TTL plus the time at the full
-// rate.
+// the part of the rate no share or reservation holds; with all of it
+// withheld, the shares end or are renewed within a TTL, so it says a TTL
+// plus the time at the full rate.
 func (st *state) refillWait(r *rules.Rule, now, ttl int64, need float64) int64 {
 	if need <= 0 {
 		return 0
 	}
 	wait := float64(ttl) + need/ratePerUS(r)
-	if free := ratePerUS(r) - st.lentRate(now)/1e6; free > 0 {
+	if free := ratePerUS(r) - st.withheldRate(r, now)/1e6; free > 0 {
 		wait = math.Min(wait, need/free)
 	}
 	return ceilUS(wait)
 }
 
 func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
-	capacity, rate := float64(r.Burst), ratePerUS(r)
+	capacity := float64(r.Burst)
 	fullFor, fullInTTL := st.fullness(st.refill(r, now), ttl)
 	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned, reportOf(req.Held, req.HeldKnown))
 	st.tokens = math.Min(capacity, st.tokens+float64(credited))
-	st.debitBucket(float64(st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge)))
-	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl, held, 0)
+	// A holder back from an absence had its fallback reserved: what it
+	// admitted there up to the reservation the bucket never earned.
+	cover := st.cover(r, req.Node, now)
+	st.debitBucket(math.Max(float64(st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge))-cover, 0))
+	others, holders := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, 0)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
 	st.lent(req.Node, g)
-	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Rate: st.lendRate(r, req.Node, ttl),
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Rate: st.lendRate(r, req.Node, now, ttl),
 		FullFor: us(fullFor), FullInTTL: us(fullInTTL)}
 	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 	if g < req.Want {
@@ -128,10 +143,16 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 			l.RetryAfter = us(st.refillWait(r, now, ttl, need-st.tokens))
 		}
 	}
-	// Every share ends within a TTL; from then on the bucket refills at the
-	// full rate.
-	st.expires = now + ceilUS((capacity-st.tokens)/rate) + ttl
+	st.expires = st.bucketExpiry(r, now, ttl)
 	return l
+}
+
+// bucketExpiry is when a bucket's state is full again, and so means no
+// more than a missing one, at the latest: every share ends within a TTL,
+// and every reservation when its holder's absence does; from then on the
+// bucket refills at the full rate. Its holders are kept as long.
+func (st *state) bucketExpiry(r *rules.Rule, now, ttl int64) int64 {
+	return max(now, st.keptUntil(r)) + ceilUS((float64(r.Burst)-st.tokens)/ratePerUS(r)) + ttl
 }
 
 // debitBucket takes tokens admitted outside the allocator out of a refilled
@@ -141,7 +162,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 func (st *state) debitBucket(debit float64) { st.tokens -= debit }
 
 func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
-	capacity, rate := float64(r.Burst), ratePerUS(r)
+	capacity := float64(r.Burst)
 	st.refill(r, now)
 	d := Decision{Limit: r.Limit}
 	if st.tokens >= float64(cost) {
@@ -152,6 +173,6 @@ func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
 	}
 	d.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 	d.ResetAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), capacity-st.tokens))
-	st.expires = now + ceilUS((capacity-st.tokens)/rate) + r.Lease.TTL.Microseconds()
+	st.expires = st.bucketExpiry(r, now, r.Lease.TTL.Microseconds())
 	return d
 }

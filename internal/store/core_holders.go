@@ -13,21 +13,30 @@ import (
 // tokens and of the rate.
 
 // hold records node as a holder wanting want tokens and wantRate tokens per
-// second until now+ttl, forgets expired holders, and returns the wants of
-// the other active holders and the count. Its share, if any, is lendRate's.
-func (st *state) hold(node string, want int64, wantRate float64, now, ttl int64, held float64, epoch int64) (others []int64, count int) {
+// second until now+ttl, forgets the holders whose absence has ended, and
+// returns the wants of the other present holders and the count of the
+// holders, absent ones included, which it records as the node's n. An
+// absent holder wants nothing: its fallback's part is reserved apart
+// (core_absence.go). Its share, if any, is lendRate's.
+func (st *state) hold(r *rules.Rule, node string, want int64, wantRate float64, now, ttl int64, held float64, epoch int64) (others []int64, count int) {
 	if st.holders == nil {
 		st.holders = make(map[string]holder)
 	}
+	a := absenceUS(r)
+	count = 1
 	for n, h := range st.holders {
-		if h.until <= now {
+		switch {
+		case !h.known(now, a):
 			delete(st.holders, n)
-		} else if n != node {
-			others = append(others, h.want)
+		case n != node:
+			if h.present(now) {
+				others = append(others, h.want)
+			}
+			count++
 		}
 	}
-	st.holders[node] = holder{until: now + ttl, want: want, wantRate: wantRate, held: held, epoch: epoch}
-	return others, len(st.holders)
+	st.holders[node] = holder{until: now + ttl, want: want, wantRate: wantRate, held: held, epoch: epoch, n: int64(count)}
+	return others, count
 }
 
 // givable is what node may give back at now of what it was lent in window
@@ -85,7 +94,8 @@ func (h heldReport) bound(can float64) float64 {
 
 // capConsumed bounds what a node reports as admitted without a lease by
 // what its fallback share could have admitted since age ago: the burst and
-// the rate divided over the key's holders, the node counted. The age counts
+// the rate divided over the key's holders, absent ones and the node
+// counted. The age counts
 // up to an absence (rules.LeaseTuning.Absence): consumption is debited in
 // full however late, so without a bound on the age one report of an old
 // outage could put the key in debt for as long as it claims. No report can
@@ -94,33 +104,37 @@ func (st *state) capConsumed(r *rules.Rule, node string, now, consumed int64, ag
 	if consumed <= 0 {
 		return 0
 	}
-	n := 1
+	n, a := 1, absenceUS(r)
 	for h, o := range st.holders {
-		if h != node && o.until > now {
+		if h != node && o.known(now, a) {
 			n++
 		}
 	}
-	ageUS := min(age.Microseconds(), absenceUS(r))
+	ageUS := min(age.Microseconds(), a)
 	limit := float64(r.Capacity())/float64(n) + float64(ageUS)*ratePerUS(r)/float64(n)
 	return min(consumed, int64(math.Ceil(math.Min(limit, maxWaitUS))))
 }
 
 // lendRate lends node, which hold has just recorded, a share of the rule's
-// rate for its lease: the water-filling level of the active holders' wanted
-// rates, and never more than the other holders' shares leave, so that the
-// shares sum to at most the rate at every instant (Doorman's rule: a holder
-// whose fair share shrank keeps its old one until it renews, and the others
-// grow as it does). A bucket in debt keeps back the part of its rate that
-// repays the debt within a TTL.
-func (st *state) lendRate(r *rules.Rule, node string, ttl int64) float64 {
+// rate for its lease: the water-filling level of the present holders'
+// wanted rates, and never more than the other holders' shares leave, so
+// that the shares sum to at most the rate at every instant (Doorman's
+// rule: a holder whose fair share shrank keeps its old one until it
+// renews, and the others grow as it does). A bucket in debt keeps back the
+// part of its rate that repays the debt within a TTL, and the absent
+// holders' reservations are not lent.
+func (st *state) lendRate(r *rules.Rule, node string, now, ttl int64) float64 {
 	self := st.holders[node]
 	if self.wantRate <= 0 {
 		return 0
 	}
 	rate := ratePerSecond(r)
-	avail := rate - math.Min(rate, math.Max(-st.tokens, 0)*1e6/float64(ttl))
+	avail := rate - math.Min(rate, math.Max(-st.tokens, 0)*1e6/float64(ttl)) - st.reservedRates(r, now)
 	var wants, held []float64
 	for n, h := range st.holders {
+		if !h.present(now) { // its share ended with its lease
+			continue
+		}
 		wants = append(wants, h.wantRate)
 		if n != node {
 			held = append(held, h.rate)

@@ -52,12 +52,16 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	if req.ReturnedEpoch == epoch {
 		held -= float64(credited)
 	}
-	st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge)
-	others, holders := st.hold(req.Node, req.Want, req.WantRate, now, ttl, held, epoch)
+	st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
+	others, holders := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, epoch)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {
 		used = st.estimate(r, at, start)
 	}
+	// What the absent holders may admit on their fallback in this window is
+	// not lent (the node itself is present again: hold recorded it).
+	reserve := st.windowReserve(r, now, start)
+	used += reserve
 	g := fairGrant(int64(math.Floor(math.Max(limit-used, 0))), req.Want, others)
 	st.tokens += float64(g)
 	st.lent(req.Node, g)
@@ -70,32 +74,36 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 		if g < req.Want && l.Remaining == 0 {
 			l.RetryAfter = us(end - at)
 		}
-		st.expires = end + ttl
+		st.expires = max(end+ttl, st.keptUntil(r))
 		return l
 	}
 	if g < req.Want {
-		l.RetryAfter = us(st.slidingRetry(r, at, start, min(req.Want-g, r.Limit)))
+		l.RetryAfter = us(st.slidingRetry(r, at, start, min(req.Want-g, r.Limit), reserve))
 	}
-	st.expires = start + 2*p + ttl
+	st.expires = max(start+2*p+ttl, st.keptUntil(r))
 	return l
 }
 
 // debitWindow adds tokens admitted outside the allocator to a rolled
-// window's count: up to twice the limit, or up to the limit only for
-// consumption older than a window.
-func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration) {
-	limit := float64(r.Limit)
-	ceiling := 2 * limit
-	if age.Microseconds() >= periodUS(r) {
-		ceiling = math.Max(st.tokens, limit)
+// window's count, up to twice the limit, when they began in it (at less
+// their age is in the window, which starts at start): what began in a
+// window that has ended is dropped with it. Charged to this window it
+// would count twice against the fleet's limit, the ended window's
+// admissions having been counted there, or reserved (core_absence.go).
+func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration, at, start int64) {
+	if at-age.Microseconds() < start {
+		return
 	}
-	st.tokens = math.Min(st.tokens+float64(consumed), ceiling)
+	st.tokens = math.Min(st.tokens+float64(consumed), 2*float64(r.Limit))
 }
 
-// slidingRetry is how long until a sliding window admits cost more tokens.
-func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64) int64 {
+// slidingRetry is how long until a sliding window admits cost more tokens,
+// reserve being kept back in it for absent holders (as if counted: it
+// lasts for every window of their absence).
+func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64, reserve float64) int64 {
 	limit, p := float64(r.Limit), float64(periodUS(r))
-	room := limit - float64(cost) - st.tokens
+	count := st.tokens + reserve
+	room := limit - float64(cost) - count
 	if room >= 0 {
 		if st.prev <= room {
 			return 0
@@ -105,7 +113,7 @@ func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64) int64 {
 		return max(0, ceilUS(at-float64(now)))
 	}
 	// Wait for this window to become the previous one and fade enough.
-	at := float64(start) + p + p*(1-(limit-float64(cost))/st.tokens)
+	at := float64(start) + p + p*(1-(limit-float64(cost))/count)
 	return max(0, ceilUS(at-float64(now)))
 }
 
@@ -129,6 +137,9 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	if r.Algorithm == rules.SlidingWindow {
 		used = st.estimate(r, at, start)
 	}
+	// A check admits no more than a lease would lend.
+	reserve := st.windowReserve(r, now, start)
+	used += reserve
 	d := Decision{Limit: r.Limit}
 	if used+float64(cost) <= limit {
 		st.tokens += float64(cost)
@@ -142,11 +153,11 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 			d.RetryAfter = us(end - at)
 		}
 		d.ResetAfter = us(end - at)
-		st.expires = end + r.Lease.TTL.Microseconds()
+		st.expires = max(end+r.Lease.TTL.Microseconds(), st.keptUntil(r))
 		return d
 	}
 	if !d.Allowed {
-		d.RetryAfter = us(st.slidingRetry(r, at, start, cost))
+		d.RetryAfter = us(st.slidingRetry(r, at, start, cost, reserve))
 	}
 	switch {
 	case st.tokens > 0:
@@ -154,6 +165,6 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	case st.prev > 0:
 		d.ResetAfter = us(end - at)
 	}
-	st.expires = start + 2*p + r.Lease.TTL.Microseconds()
+	st.expires = max(start+2*p+r.Lease.TTL.Microseconds(), st.keptUntil(r))
 	return d
 }

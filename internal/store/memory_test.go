@@ -25,8 +25,9 @@ func TestMemoryConformance(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			return s
 		},
-		Advance:  func(t *testing.T, d time.Duration) { clk.Advance(d) },
-		StepBack: func(t *testing.T, d time.Duration) { clk.Advance(-d) },
+		Advance:   func(t *testing.T, d time.Duration) { clk.Advance(d) },
+		StepBack:  func(t *testing.T, d time.Duration) { clk.Advance(-d) },
+		FakeClock: true,
 	})
 }
 

@@ -35,7 +35,7 @@ type RedisOptions struct {
 	// that a dead or hung Redis costs milliseconds, not seconds.
 	// default: 50ms
 	Timeout time.Duration
-	// KeyPrefix starts every key the store writes: "<prefix>:<tag>:{rule|key}" (tag: tb2, fw2, sw2, sl2).
+	// KeyPrefix starts every key the store writes: "<prefix>:<tag>:{rule|key}" (tag: tb3, fw3, sw3, sl2).
 	// default: "allot"
 	KeyPrefix string
 	// Cluster makes DialRedis connect to a Redis Cluster. The URL then names

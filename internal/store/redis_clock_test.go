@@ -125,8 +125,9 @@ func TestRedisConformanceOnFakeClock(t *testing.T) {
 			clk = clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 			return fakeClockRedis(t, url, clk)
 		},
-		Advance:  func(t *testing.T, d time.Duration) { clk.Advance(d) },
-		StepBack: func(t *testing.T, d time.Duration) { clk.Advance(-d) },
+		Advance:   func(t *testing.T, d time.Duration) { clk.Advance(d) },
+		StepBack:  func(t *testing.T, d time.Duration) { clk.Advance(-d) },
+		FakeClock: true,
 	})
 }
 

@@ -50,7 +50,7 @@ func TestRedisKeyCap(t *testing.T) {
 		t.Fatalf("DBSIZE %d (%v) after the refusals, want the 3 keys", n, err)
 	}
 	// Room again: the new key is taken.
-	if err := rdb.Del(ctx, "allot:tb2:{"+r.Name+"|c}").Err(); err != nil {
+	if err := rdb.Del(ctx, "allot:tb3:{"+r.Name+"|c}").Err(); err != nil {
 		t.Fatal(err)
 	}
 	s.PollKeys()

@@ -243,13 +243,15 @@ var (
 // layout that changes takes a new tag, so that allocators of two versions,
 // side by side in a rolling deploy, never read each other's keys (each
 // keeps its own state of a key meanwhile: see the README's "Redis keys").
-// tb2, fw2 and sw2 are states in one MessagePack string (common.lua); tb,
-// fw and sw were hashes of text fields. sl2 is the sliding log of one entry
-// per request; sl held one per token.
+// tb3, fw3 and sw3 are states in one MessagePack string (common.lua) whose
+// holders carry n, the holder count their last lease told them; tb2, fw2
+// and sw2 were the same without it, and tb, fw and sw hashes of text
+// fields. sl2 is the sliding log of one entry per request; sl held one per
+// token.
 var scripts = [...]*luaScript{
-	rules.TokenBucket:   newLuaScript("token_bucket", "tb2", luaTokenBucket, luaLease, luaTokenBucketLease),
-	rules.FixedWindow:   newLuaScript("fixed_window", "fw2", luaFixedWindow, luaLease, luaFixedWindowLease),
-	rules.SlidingWindow: newLuaScript("sliding_window", "sw2", luaSlidingWindow, luaLease, luaSlidingWindowLease),
+	rules.TokenBucket:   newLuaScript("token_bucket", "tb3", luaTokenBucket, luaLease, luaTokenBucketLease),
+	rules.FixedWindow:   newLuaScript("fixed_window", "fw3", luaFixedWindow, luaLease, luaFixedWindowLease),
+	rules.SlidingWindow: newLuaScript("sliding_window", "sw3", luaSlidingWindow, luaLease, luaSlidingWindowLease),
 	rules.SlidingLog:    newLuaScript("sliding_log", "sl2", luaSlidingLog),
 }
 

@@ -17,7 +17,7 @@ import (
 )
 
 // Bounds of Redis' MEMORY USAGE of one token-bucket key named
-// "allot:tb2:{api-per-key|user-12345}" (the key's name, its value and
+// "allot:tb3:{api-per-key|user-12345}" (the key's name, its value and
 // Redis' records of them; the TTL's entry is not counted), with holders as
 // the lease manager makes them: a sequence number past 2^31, a wanted rate
 // that is no short decimal, fractional tokens. MEMORY USAGE is the same on
@@ -44,7 +44,7 @@ func TestRedisStateSize(t *testing.T) {
 	if err := r.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	const key = "allot:tb2:{api-per-key|user-12345}"
+	const key = "allot:tb3:{api-per-key|user-12345}"
 	for node := range 8 {
 		clk.Advance(333 * time.Microsecond) // fractional tokens
 		req := store.AcquireRequest{Rule: r, Key: "user-12345", Node: fmt.Sprintf("node-%02d", node),

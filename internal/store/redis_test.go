@@ -342,7 +342,7 @@ func TestRedisEveryKeyHasTTL(t *testing.T) {
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, tag := range []string{"tb2", "fw2", "sw2", "sl2"} {
+	for _, tag := range []string{"tb3", "fw3", "sw3", "sl2"} {
 		if tags[tag] == 0 {
 			t.Errorf("no %s key found; keys by algorithm: %v", tag, tags)
 		}
@@ -591,7 +591,7 @@ func TestRedisKeyLayout(t *testing.T) {
 	if _, err := s.Acquire(ctx, []store.AcquireRequest{{Rule: r, Key: "user:{7}", Node: "n", Want: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	want := "lim:tb2:{" + r.Name + "|user:{7}}"
+	want := "lim:tb3:{" + r.Name + "|user:{7}}"
 	if n, err := rdb.Exists(ctx, want).Result(); err != nil || n != 1 {
 		t.Fatalf("key %q not found (%d, %v)", want, n, err)
 	}

@@ -68,7 +68,7 @@ type Lease struct {
 	Remaining  int64         // whole tokens left after the grant
 	TTL        time.Duration // how long the node may use the tokens
 	RetryAfter time.Duration // when Granted < Want: when asking again may pay
-	Holders    int           // active holders of the key, the caller included
+	Holders    int           // holders of the key, absent ones and the caller included
 	Epoch      int64         // window index for window rules, 0 otherwise
 	// Rate is the share of the rule's refill rate lent to the node for TTL,
 	// in tokens per second; the central bucket does not earn it meanwhile.

@@ -32,9 +32,10 @@
 -- (the previous window's count, or a bucket's belowSince, see core_bucket.go:
 -- 0 in the states of versions before it), s (the refill stamp, µs, or the
 -- window index) and x - s (x is the expiry, µs: a token bucket's follows s,
--- and the difference takes 5 bytes where x takes 9); then nine per holder:
+-- and the difference takes 5 bytes where x takes 9); then ten per holder:
 -- node, until (µs), want, wanted rate, lent rate (nil when it is the wanted
--- rate, as it mostly is), seq, granted, held and epoch (core.go's holder).
+-- rate, as it mostly is), seq, granted, held, epoch and n, the holder count
+-- its last lease told it (core.go's holder).
 -- cmsgpack writes a number as an integer when it is one, else as a float32
 -- when that is exact, else as a float64, so every number reads back bit for
 -- bit (but -0, which reads back as 0 and which no decision tells apart). A
@@ -81,7 +82,7 @@ end
 -- stored x decides, as in core.go, not Redis' TTL, which may reach up to
 -- ttl_step further). With with_holders, st.holders maps each holder's
 -- node to { until, want, wanted rate, lent rate, seq, granted, held, epoch,
--- node, first byte, end byte } and st.list holds them in stored order;
+-- n, node, first byte, end byte } and st.list holds them in stored order;
 -- without, the bytes after the scalars are kept whole in st.tail, to be
 -- written back as they are.
 local function load(now, with_holders)
@@ -103,12 +104,12 @@ local function load(now, with_holders)
   local list, n = nil, 0
   while at >= 0 do
     local from = at
-    local node, u, w, wr, r, sq, g, hd, ep
-    at, node, u, w, wr, r, sq, g, hd, ep = unpack_n(v, 9, at)
+    local node, u, w, wr, r, sq, g, hd, ep, hn
+    at, node, u, w, wr, r, sq, g, hd, ep, hn = unpack_n(v, 10, at)
     if r == nil then
       r = wr
     end
-    local h = { u, w, wr, r, sq, g, hd, ep, node, from, at < 0 and #v or at }
+    local h = { u, w, wr, r, sq, g, hd, ep, hn, node, from, at < 0 and #v or at }
     n = n + 1
     list = list or {}
     list[n] = h
@@ -133,7 +134,7 @@ local function save(st, now)
       r = nil
     end
     v = pack(st.t, st.p, st.s, st.x - st.s,
-      st.held, h[1], h[2], h[3], r, h[5], h[6], h[7], h[8])
+      st.held, h[1], h[2], h[3], r, h[5], h[6], h[7], h[8], h[9])
   else
     v = pack(st.t, st.p, st.s, st.x - st.s)
   end
@@ -143,14 +144,14 @@ local function save(st, now)
     local list, raw, from, to = st.list, st.raw, -1, -1
     for i = 1, #list do
       local h = list[i]
-      if st.holders[h[9]] == h then
-        if h[10] ~= to then
+      if st.holders[h[10]] == h then
+        if h[11] ~= to then
           if from >= 0 then
             v = v .. sub(raw, from + 1, to)
           end
-          from = h[10]
+          from = h[11]
         end
-        to = h[11]
+        to = h[12]
       end
     end
     if from >= 0 then
@@ -184,16 +185,32 @@ local function sorted_sum(xs)
   return sum
 end
 
--- lent_rate is the sum of the shares active at now, tokens per second.
-local function lent_rate(st, now)
-  local rates
+-- window_reserve is core_absence.go's windowReserve: l/n for each absent
+-- holder that may fall back in the window starting at start. fixed: a
+-- fixed window, whose leases end with their window.
+local function window_reserve(st, now, start, fixed)
+  local xs
   for _, h in pairs(st.holders) do
-    if h[4] > 0 and h[1] > now then
-      rates = rates or {}
-      rates[#rates + 1] = h[4]
+    local stop = h[1]
+    if fixed then
+      stop = min(stop, (h[8] + 1) * period)
+    end
+    if stop <= start and h[1] + absence > now then
+      xs = xs or {}
+      xs[#xs + 1] = limit / h[9]
     end
   end
-  return sorted_sum(rates)
+  return sorted_sum(xs)
+end
+
+-- kept_until is core_absence.go's keptUntil: when the last holder's absence
+-- ends, 0 without holders.
+local function kept_until(st)
+  local x = 0
+  for _, h in pairs(st.holders) do
+    x = max(x, h[1] + absence)
+  end
+  return x
 end
 
 -- The acquire being run; one table serves every item of a call.

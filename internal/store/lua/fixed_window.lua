@@ -1,8 +1,8 @@
 -- fixed_window.lua: checkWindow of core_window.go for fixed windows, and what
 -- their checks and leases share (fixed_window_lease.lua holds the rest). State
 -- (see common.lua): t (count of the current window), s (the window index), x
--- (expiry) and the holders; p is 0. Only an acquire or a release reads the
--- holders.
+-- (expiry) and the holders; p is 0. A check reads the holders too: it admits
+-- no more than a lease would lend, with the absent holders' part kept back.
 
 local function fresh()
   return { t = 0, p = 0, s = 0, holders = {} }
@@ -22,9 +22,9 @@ local function roll(st, now)
 end
 
 local function check(now, cost)
-  local st = load(now) or fresh()
+  local st = load(now, true) or fresh()
   local _, start, at = roll(st, now)
-  local used = st.t
+  local used = st.t + window_reserve(st, now, start, true)
   local allowed = 0
   if used + cost <= limit then
     st.t = st.t + cost
@@ -37,7 +37,7 @@ local function check(now, cost)
   if allowed == 0 then
     retry = stop - at
   end
-  st.x = stop + ttl
+  st.x = max(stop + ttl, kept_until(st))
   save(st, now)
   return { allowed, remaining, retry, stop - at }
 end

@@ -14,9 +14,9 @@ end
 local function report(now, req)
   local st = load(now, true) or fresh()
   local consumed = cap_consumed(st, limit, req.node, now, req.consumed, req.age)
-  local _, start = roll(st, now)
-  debit_window(st, consumed, req.age)
-  st.x = start + period + ttl
+  local _, start, at = roll(st, now)
+  debit_window(st, consumed, req.age, at, start)
+  st.x = max(start + period + ttl, kept_until(st))
   save(st, now)
   return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
 end
@@ -37,9 +37,9 @@ local function acquire(now, req)
   if req.returned_epoch == epoch then
     held = held - credited
   end
-  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age)
+  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
-  local used = st.t
+  local used = st.t + window_reserve(st, now, start, true)
   local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   lent(st, req.node, g)
@@ -52,7 +52,7 @@ local function acquire(now, req)
   if g < req.want and remaining == 0 then
     retry = stop - at
   end
-  st.x = stop + ttl
+  st.x = max(stop + ttl, kept_until(st))
   save(st, now)
   return { g, remaining, lease_ttl, retry, holders, epoch, '0' }
 end

@@ -23,23 +23,27 @@ end
 -- none is the wants of no other holder, shared so as to spare a table.
 local none = {}
 
--- hold records node as a holder wanting want tokens and want_rate tokens
--- per second until now+ttl, forgets expired holders, and returns the wants
--- of the other active holders and the count. Its share is lend_rate's.
+-- hold is core_holders.go's hold: records node as a holder wanting want
+-- tokens and want_rate tokens per second until now+ttl, forgets the holders
+-- whose absence has ended, and returns the wants of the other present
+-- holders and the count of the holders, absent ones included, which it
+-- records as the node's n. Its share is lend_rate's.
 local function hold(st, node, want, want_rate, now, held, epoch)
   local others, count = none, 1
   for n, h in pairs(st.holders) do
-    if h[1] <= now then
+    if h[1] + absence <= now then
       st.holders[n] = nil
     elseif n ~= node then
-      if others == none then
-        others = {}
+      if h[1] > now then
+        if others == none then
+          others = {}
+        end
+        others[#others + 1] = h[2]
       end
-      others[#others + 1] = h[2]
       count = count + 1
     end
   end
-  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0, held, epoch }
+  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0, held, epoch, count }
   st.held = node
   return others, count
 end
@@ -82,7 +86,7 @@ local function cap_consumed(st, capacity, node, now, consumed, age)
   end
   local n = 1
   for h, o in pairs(st.holders) do
-    if h ~= node and o[1] > now then
+    if h ~= node and o[1] + absence > now then
       n = n + 1
     end
   end
@@ -124,7 +128,7 @@ local function replay(st, now, req, window)
   end
   local count = 0
   for _, o in pairs(st.holders) do
-    if o[1] > now then
+    if o[1] + absence > now then
       count = count + 1
     end
   end
@@ -172,11 +176,12 @@ local function forget(st, node)
   st.holders[node] = nil
 end
 
--- debit_window is core_window.go's debitWindow, on a rolled window state.
-local function debit_window(st, consumed, age)
-  local ceiling = 2 * limit
-  if age >= period then
-    ceiling = max(st.t, limit)
+-- debit_window is core_window.go's debitWindow, on a state rolled to the
+-- window starting at start, deciding at at: consumption that began in an
+-- ended window is dropped.
+local function debit_window(st, consumed, age, at, start)
+  if at - age < start then
+    return
   end
-  st.t = min(st.t + consumed, ceiling)
+  st.t = min(st.t + consumed, 2 * limit)
 end

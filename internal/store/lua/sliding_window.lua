@@ -2,7 +2,8 @@
 -- counter, and what its checks and leases share (sliding_window_lease.lua
 -- holds the rest). State (see common.lua): t (count of the current window), p
 -- (count of the previous one), s (the window index), x (expiry) and the
--- holders. Only an acquire or a release reads the holders.
+-- holders. A check reads the holders too: it admits no more than a lease
+-- would lend, with the absent holders' part kept back.
 
 local function fresh()
   return { t = 0, p = 0, s = 0, holders = {} }
@@ -34,9 +35,11 @@ local function estimate(st, now, start)
   return st.p * weight + st.t
 end
 
--- How long until the window admits cost more tokens.
-local function sliding_retry(st, now, start, cost)
-  local room = limit - cost - st.t
+-- How long until the window admits cost more tokens, reserve being kept
+-- back for absent holders (core_window.go's slidingRetry).
+local function sliding_retry(st, now, start, cost, reserve)
+  local count = st.t + reserve
+  local room = limit - cost - count
   if room >= 0 then
     if st.p <= room then
       return 0
@@ -44,14 +47,15 @@ local function sliding_retry(st, now, start, cost)
     local at = start + period * (1 - room / st.p)
     return max(0, ceil_us(at - now))
   end
-  local at = start + period + period * (1 - (limit - cost) / st.t)
+  local at = start + period + period * (1 - (limit - cost) / count)
   return max(0, ceil_us(at - now))
 end
 
 local function check(now, cost)
-  local st = load(now) or fresh()
+  local st = load(now, true) or fresh()
   local _, start, at = roll(st, now)
-  local used = estimate(st, at, start)
+  local reserve = window_reserve(st, now, start, false)
+  local used = estimate(st, at, start) + reserve
   local allowed = 0
   if used + cost <= limit then
     st.t = st.t + cost
@@ -62,14 +66,14 @@ local function check(now, cost)
   local stop = start + period
   local retry, reset = 0, 0
   if allowed == 0 then
-    retry = sliding_retry(st, at, start, cost)
+    retry = sliding_retry(st, at, start, cost, reserve)
   end
   if st.t > 0 then
     reset = start + 2 * period - at
   elseif st.p > 0 then
     reset = stop - at
   end
-  st.x = start + 2 * period + ttl
+  st.x = max(start + 2 * period + ttl, kept_until(st))
   save(st, now)
   return { allowed, remaining, retry, reset }
 end

@@ -16,9 +16,9 @@ end
 local function report(now, req)
   local st = load(now, true) or fresh()
   local consumed = cap_consumed(st, limit, req.node, now, req.consumed, req.age)
-  local _, start = roll(st, now)
-  debit_window(st, consumed, req.age)
-  st.x = start + 2 * period + ttl
+  local _, start, at = roll(st, now)
+  debit_window(st, consumed, req.age, at, start)
+  st.x = max(start + 2 * period + ttl, kept_until(st))
   save(st, now)
   return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
 end
@@ -39,9 +39,10 @@ local function acquire(now, req)
   if req.returned_epoch == epoch then
     held = held - credited
   end
-  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age)
+  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
-  local used = estimate(st, at, start)
+  local reserve = window_reserve(st, now, start, false)
+  local used = estimate(st, at, start) + reserve
   local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   lent(st, req.node, g)
@@ -49,9 +50,9 @@ local function acquire(now, req)
   local remaining = floor(max(limit - used - g, 0))
   local retry = 0
   if g < req.want then
-    retry = sliding_retry(st, at, start, min(req.want - g, limit))
+    retry = sliding_retry(st, at, start, min(req.want - g, limit), reserve)
   end
-  st.x = start + 2 * period + ttl
+  st.x = max(start + 2 * period + ttl, kept_until(st))
   save(st, now)
   return { g, remaining, ttl, retry, holders, epoch, '0' }
 end

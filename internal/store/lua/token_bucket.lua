@@ -18,10 +18,29 @@ local function fresh(now)
   return { t = capacity, p = 0, s = now - 2 * ttl, holders = {} }
 end
 
+-- withheld_rate is core_bucket.go's withheldRate: the shares and the
+-- absent holders' reservations (r/n each) active at now, tokens per second.
+local function withheld_rate(st, now)
+  local rates
+  for _, h in pairs(st.holders) do
+    if h[4] > 0 and h[1] > now then
+      rates = rates or {}
+      rates[#rates + 1] = h[4]
+    end
+    if h[1] <= now and h[1] + absence > now then
+      rates = rates or {}
+      rates[#rates + 1] = per_second / h[9]
+    end
+  end
+  return sorted_sum(rates)
+end
+
 -- refill adds what the bucket earned since the last refill: the rule's rate,
--- less the shares lent to holders, each until its lease ended. A clock that
--- steps back earns nothing and does not move the stamp back. It returns
--- how long the bucket has been full (core_bucket.go's refill).
+-- less the shares lent to holders, each until its lease ended, and less the
+-- absent holders' reservations, each from when its lease ended until its
+-- absence did. A clock that steps back earns nothing and does not move the
+-- stamp back. It returns how long the bucket has been full (core_bucket.go's
+-- refill).
 local function refill(st, now)
   if now <= st.s then
     return 0
@@ -34,6 +53,13 @@ local function refill(st, now)
       lent[#lent + 1] = h[4] * (stop - st.s) / 1e6
     end
   end
+  for _, h in pairs(st.holders) do
+    local from, to = max(h[1], st.s), min(now, h[1] + absence)
+    if to > from then
+      lent = lent or {}
+      lent[#lent + 1] = per_second / h[9] * (to - from) / 1e6
+    end
+  end
   local earned = (now - st.s) * rate - sorted_sum(lent)
   local sum = st.t + max(earned, 0)
   st.t = min(capacity, sum)
@@ -41,7 +67,7 @@ local function refill(st, now)
   local over = sum - capacity
   if over > 0 then
     full = now - st.s
-    local free = rate - lent_rate(st, now) / 1e6
+    local free = rate - withheld_rate(st, now) / 1e6
     if free > 0 then
       full = min(floor(over / free), full)
     end
@@ -60,11 +86,17 @@ local function refill_wait(st, now, need)
     return 0
   end
   local wait = ttl + need / rate
-  local free = rate - lent_rate(st, now) / 1e6
+  local free = rate - withheld_rate(st, now) / 1e6
   if free > 0 then
     wait = min(wait, need / free)
   end
   return ceil_us(wait)
+end
+
+-- expiry is core_bucket.go's bucketExpiry: when the state is full again at
+-- the latest, its holders' absences over.
+local function expiry(st, now)
+  return max(now, kept_until(st)) + ceil_us((capacity - st.t) / rate) + ttl
 end
 
 local function check(now, cost)
@@ -79,7 +111,7 @@ local function check(now, cost)
   end
   local remaining = floor(max(st.t, 0))
   local reset = refill_wait(st, now, capacity - st.t)
-  st.x = now + ceil_us((capacity - st.t) / rate) + ttl
+  st.x = expiry(st, now)
   save(st, now)
   return { allowed, remaining, retry, reset }
 end

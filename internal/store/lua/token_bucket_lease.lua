@@ -2,18 +2,43 @@
 -- of core.go, the lease part of token buckets (redis.go appends it, after
 -- lease.lua, to token_bucket.lua).
 
+-- reserved_rates is core_absence.go's reservedRates: the absent holders'
+-- reservations active at now, tokens per second.
+local function reserved_rates(st, now)
+  local rates
+  for _, h in pairs(st.holders) do
+    if h[1] <= now and h[1] + absence > now then
+      rates = rates or {}
+      rates[#rates + 1] = per_second / h[9]
+    end
+  end
+  return sorted_sum(rates)
+end
+
+-- cover is core_absence.go's cover: what node, back from an absence, had
+-- reserved for its fallback since its lease ended.
+local function cover(st, node, now)
+  local h = st.holders[node]
+  if h == nil or h[1] > now or h[1] + absence <= now then
+    return 0
+  end
+  return per_second / h[9] * (now - h[1]) / 1e6
+end
+
 -- lend_rate is core_holders.go's lendRate: node's share of the rule's rate.
-local function lend_rate(st, node)
+local function lend_rate(st, node, now)
   local self = st.holders[node]
   if self[3] <= 0 then
     return 0
   end
-  local avail = per_second - min(per_second, max(-st.t, 0) * 1e6 / ttl)
+  local avail = per_second - min(per_second, max(-st.t, 0) * 1e6 / ttl) - reserved_rates(st, now)
   local wants, held = {}, {}
   for n, h in pairs(st.holders) do
-    wants[#wants + 1] = h[3]
-    if n ~= node then
-      held[#held + 1] = h[4]
+    if h[1] > now then
+      wants[#wants + 1] = h[3]
+      if n ~= node then
+        held[#held + 1] = h[4]
+      end
     end
   end
   local share = min(self[3], water_level(avail, wants))
@@ -33,7 +58,7 @@ local function report(now, req)
   local consumed = cap_consumed(st, capacity, req.node, now, req.consumed, req.age)
   refill(st, now)
   debit(st, consumed)
-  st.x = now + ceil_us((capacity - st.t) / rate) + ttl
+  st.x = expiry(st, now)
   save(st, now)
   return { 0, floor(max(st.t, 0)), ttl, 0, 0, 0, '0' }
 end
@@ -64,12 +89,13 @@ local function acquire(now, req)
   local full_for, full_in_ttl = fullness(st, refill(st, now))
   local credited, held = give_back(st, req.node, now, 0, req.returned, req.held)
   st.t = min(capacity, st.t + credited)
-  debit(st, cap_consumed(st, capacity, req.node, now, req.consumed, req.age))
+  local covered = cover(st, req.node, now)
+  debit(st, max(cap_consumed(st, capacity, req.node, now, req.consumed, req.age) - covered, 0))
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, 0)
   local g = fair_grant(floor(max(st.t, 0)), req.want, others)
   st.t = st.t - g
   lent(st, req.node, g)
-  local share = lend_rate(st, req.node)
+  local share = lend_rate(st, req.node, now)
   remember(st, req, g)
   local remaining = floor(max(st.t, 0))
   local retry = 0
@@ -79,7 +105,7 @@ local function acquire(now, req)
       retry = refill_wait(st, now, need - st.t)
     end
   end
-  st.x = now + ceil_us((capacity - st.t) / rate) + ttl
+  st.x = expiry(st, now)
   save(st, now)
   return { g, remaining, ttl, retry, holders, 0, rate_reply(share), full_for, full_in_ttl }
 end
