@@ -216,3 +216,16 @@ rules:
 		t.Fatalf("a rule repeated by an alias: %v", err)
 	}
 }
+
+// An absence is a minute, or 30 TTLs when that is longer.
+func TestLeaseAbsence(t *testing.T) {
+	for _, c := range []struct{ ttl, want time.Duration }{
+		{2 * time.Second, time.Minute},
+		{10 * time.Second, 5 * time.Minute},
+		{MaxLeaseTTL, 30 * time.Hour},
+	} {
+		if got := (LeaseTuning{TTL: c.ttl}).Absence(); got != c.want {
+			t.Errorf("Absence with a %v TTL = %v, want %v", c.ttl, got, c.want)
+		}
+	}
+}
