@@ -22,6 +22,7 @@ type Metrics struct {
 	checks   *prometheus.CounterVec
 	reloads  *prometheus.CounterVec
 	newKeys  prometheus.Counter
+	live     prometheus.Gauge
 }
 
 // NewMetrics registers the allocator's collectors on reg.
@@ -57,14 +58,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		newKeys: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_allocator_new_keys_refused_total", Help: "Acquire calls refused because their node added keys faster than --max-new-keys-per-node.",
 		}),
+		live: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_allocator_live_nodes", Help: "Distinct node ids that called Acquire or Release in the last 30 s (the count answers carry as nodes).",
+		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.holders, m.checks, m.reloads, m.newKeys)
+	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.holders, m.checks, m.reloads, m.newKeys, m.live)
 	return m
 }
 
 func (m *Metrics) refusedNewKeys() {
 	if m != nil {
 		m.newKeys.Inc()
+	}
+}
+
+func (m *Metrics) observeLive(n int) {
+	if m != nil {
+		m.live.Set(float64(n))
 	}
 }
 

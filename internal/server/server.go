@@ -39,7 +39,8 @@ type Config struct {
 	Metrics *Metrics
 	// Logger. default: slog.Default()
 	Logger *slog.Logger
-	// Clock paces the rate limit of repeated log lines. default: the real clock
+	// Clock paces the rate limit of repeated log lines, and times the
+	// count of live nodes (livenodes.go). default: the real clock
 	Clock clock.Clock
 	// NewKeysPerNode caps the keys one node may add to the store per
 	// second (newkeys.go). Negative: no cap. default: DefaultNewKeysPerNode
@@ -59,6 +60,8 @@ type Server struct {
 	// line per call would bury everything else.
 	failures *lograte.Logger
 	newKeys  *newKeys
+	clock    clock.Clock
+	live     *liveNodes
 }
 
 // New checks cfg and returns a Server.
@@ -77,6 +80,11 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.clock = cfg.Clock
+	if s.clock == nil {
+		s.clock = clock.Real()
+	}
+	s.live = newLiveNodes(liveWindow, maxLive)
 	s.failures = lograte.New(s.log, cfg.Clock, 0, 0)
 	switch {
 	case cfg.NewKeysPerNode == 0:
@@ -106,6 +114,7 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 	if err != nil {
 		return nil, err
 	}
+	nodes := s.seen(req.GetNodeId())
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.checkNewKeys(ctx, req.GetNodeId(), reqs); err != nil {
@@ -117,7 +126,7 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 	if err != nil {
 		return nil, s.storeError(ctx, "acquire", err)
 	}
-	resp := &allotv1.AcquireResponse{Leases: make([]*allotv1.Lease, len(leases)), RulesVersion: set.Version()}
+	resp := &allotv1.AcquireResponse{Leases: make([]*allotv1.Lease, len(leases)), RulesVersion: set.Version(), Nodes: nodes}
 	for i, l := range leases {
 		r := reqs[i].Rule
 		resp.Leases[i] = &allotv1.Lease{
@@ -251,6 +260,7 @@ func (s *Server) Release(ctx context.Context, req *allotv1.ReleaseRequest) (*all
 		rets[i] = store.Return{Rule: r.ForKey(rt.GetKey()), Key: rt.GetKey(), Node: req.GetNodeId(), Tokens: rt.GetTokens(), Epoch: rt.GetEpoch(),
 			Held: rt.GetHeld(), HeldKnown: rt.Held != nil}
 	}
+	s.seen(req.GetNodeId())
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	start := time.Now()
@@ -299,7 +309,17 @@ func (s *Server) Check(ctx context.Context, req *allotv1.CheckRequest) (*allotv1
 
 // GetRules implements allot.v1.Allocator.
 func (s *Server) GetRules(context.Context, *allotv1.GetRulesRequest) (*allotv1.GetRulesResponse, error) {
-	return s.rules.Load().ToProto(), nil
+	resp := s.rules.Load().ToProto()
+	resp.Nodes = uint32(s.live.count(s.clock.Mono()))
+	return resp, nil
+}
+
+// seen counts a valid call of node as a sign of life and returns the count
+// of live nodes.
+func (s *Server) seen(node string) uint32 {
+	n := s.live.seen(node, s.clock.Mono())
+	s.metrics.observeLive(n)
+	return uint32(n)
 }
 
 // storeError maps a store failure to a status. The caller's own deadline or

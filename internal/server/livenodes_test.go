@@ -1,0 +1,96 @@
+package server_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/server"
+)
+
+// The allocator counts the distinct node ids that called Acquire or
+// Release in the last 30 s and says so in Acquire's and GetRules' answers:
+// a fleet size for the nodes that know no other.
+func TestLiveNodes(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	c, _ := serveWith(t, server.Config{Store: memory(t), Clock: clk})
+	acquire := func(node string) uint32 {
+		t.Helper()
+		resp, err := c.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: node, Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Want: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetNodes()
+	}
+	nodes := func() uint32 {
+		t.Helper()
+		resp, err := c.GetRules(ctx(t), &allotv1.GetRulesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetNodes()
+	}
+	if n := nodes(); n != 0 {
+		t.Fatalf("GetRules before any call: nodes %d, want 0", n)
+	}
+	for i, node := range []string{"n1", "n2", "n1"} {
+		if n, want := acquire(node), []uint32{1, 2, 2}[i]; n != want {
+			t.Fatalf("Acquire %d by %s: nodes %d, want %d", i, node, n, want)
+		}
+	}
+	clk.Advance(20 * time.Second)
+	if _, err := c.Release(ctx(t), &allotv1.ReleaseRequest{NodeId: "n3", Returns: []*allotv1.Return{{Rule: "tb", Key: "k"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodes(); n != 3 {
+		t.Fatalf("after a Release by a third node: nodes %d, want 3", n)
+	}
+	// A call refused as invalid is no sign of life.
+	if _, err := c.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "bad", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Want: 1}}}); err == nil {
+		t.Fatal("an Acquire without a key was accepted")
+	}
+	clk.Advance(15 * time.Second) // n1 and n2 last called 35 s ago, n3 15 s ago
+	if n := nodes(); n != 1 {
+		t.Fatalf("35 s after n1 and n2 called: nodes %d, want 1 (n3)", n)
+	}
+	if n := acquire("n2"); n != 2 {
+		t.Fatalf("n2 back: nodes %d, want 2", n)
+	}
+}
+
+// The count holds at most 100,000 ids, the oldest forgotten first.
+func TestLiveNodesAreBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,001 calls")
+	}
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	srv, err := server.New(server.Config{Store: memory(t), Rules: testSet(t), Clock: clk, NewKeysPerNode: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100_001 {
+		rel := &allotv1.ReleaseRequest{NodeId: fmt.Sprintf("node-%d", i), Returns: []*allotv1.Return{{Rule: "tb", Key: "k"}}}
+		if _, err := srv.Release(ctx(t), rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := srv.GetRules(ctx(t), &allotv1.GetRulesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := resp.GetNodes(); n != 100_000 {
+		t.Fatalf("after 100,001 node ids: nodes %d, want the cap, 100,000", n)
+	}
+}
+
+func testSet(t *testing.T) *rules.Set {
+	t.Helper()
+	set, err := rules.Parse("test", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
