@@ -16,7 +16,6 @@ import (
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/client"
-	"github.com/allot-dev/allot/internal/bucket"
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -198,38 +197,36 @@ func (s *perRequestRedis) close() {
 	}
 }
 
-// localOnly gives every node limit/N with burst/N and no coordination.
+// localOnly gives every node limit/N with burst/N and no coordination: the
+// fallback allowance alone, on every node.
 type localOnly struct {
 	rule  *rules.Rule
 	nodes int
+	start time.Time
 	mu    []sync.Mutex
-	tbs   []map[string]*bucket.TokenBucket
+	keys  []map[string]*fallback.Allowance
 }
 
 func newLocalOnly(r *rules.Rule, nodes int) *localOnly {
-	l := &localOnly{rule: r, nodes: nodes, mu: make([]sync.Mutex, nodes), tbs: make([]map[string]*bucket.TokenBucket, nodes)}
-	for i := range l.tbs {
-		l.tbs[i] = make(map[string]*bucket.TokenBucket)
+	l := &localOnly{rule: r, nodes: nodes, start: time.Now(), mu: make([]sync.Mutex, nodes), keys: make([]map[string]*fallback.Allowance, nodes)}
+	for i := range l.keys {
+		l.keys[i] = make(map[string]*fallback.Allowance)
 	}
 	return l
 }
 
 func (l *localOnly) decide(_ context.Context, node int, key string) (bool, bool) {
-	now := time.Now()
+	now := time.Since(l.start)
 	l.mu[node].Lock()
-	tb, ok := l.tbs[node][key]
+	a, ok := l.keys[node][key]
 	if !ok {
-		var err error
-		tokens, per := fallback.ShareRate(l.rule, l.nodes)
-		tb, err = bucket.NewTokenBucketPer(max(l.rule.Burst/int64(l.nodes), 1), tokens, per, now)
-		if err != nil {
-			l.mu[node].Unlock()
-			return false, false
-		}
-		l.tbs[node][key] = tb
+		a = fallback.NewAllowance()
+		l.keys[node][key] = a
 	}
 	l.mu[node].Unlock()
-	return tb.Allow(now), false
+	res, _ := a.Decide(l.rule, l.nodes, fallback.Windows{}, now, 1)
+	a.TakeConsumed(now) // (nobody reports them)
+	return res.Allowed, false
 }
 
 func (l *localOnly) close() {}

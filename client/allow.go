@@ -2,15 +2,14 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/clock"
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/lease"
 	"github.com/allot-dev/allot/internal/rules"
@@ -22,8 +21,8 @@ type Mode uint8
 const (
 	// ModeLease: decided locally from tokens the allocator lent this node.
 	ModeLease Mode = iota + 1
-	// ModeFallback: decided locally from the node's share, limit/N, because
-	// the key had no lease yet or the allocator could not be reached.
+	// ModeFallback: decided locally from the node's fallback allowance,
+	// limit/N, because the allocator could not be reached.
 	ModeFallback
 	// ModeStrict: decided by the allocator for this one request.
 	ModeStrict
@@ -150,9 +149,9 @@ func (c *Client) unknownRule(rule string) error {
 // spend records where a decision took its tokens from, so that a
 // multi-rule check can give them back.
 type spend struct {
-	pool  *lease.Pool
-	gen   uint64 // the pool's lease generation when the tokens were taken
-	share *fallback.Share
+	key   *lease.KeyLease
+	v     lease.Verdict
+	share *fallback.Allowance // a strict rule's fallback
 	n     int64
 }
 
@@ -161,23 +160,33 @@ type spend struct {
 func (s spend) undo() int64 {
 	switch {
 	case s.share != nil:
-		s.share.Refund(s.n)
-		s.pool.Unconsume(s.n)
-		return s.n
-	case s.pool != nil && s.pool.Give(s.n, s.gen):
-		return s.n
+		if s.share.Refund(s.n) {
+			return s.n
+		}
+	case s.key != nil:
+		return s.key.Undo(s.v, s.n)
 	}
 	return 0
 }
 
-// take decides a leasable rule: lease tokens first, else what the key may
-// do without them. central says a failure: closed rule may ask the
-// allocator about a key it is not serving yet; AllowAll, which must be able
-// to give back what it took, says no and such a key is refused.
+// take decides a leasable rule: the key's lease, or, when the allocator
+// cannot be reached, its fallback allowance. A key with no lease yet
+// waits for its first while the allocator answers (docs/bounds.md, rule
+// 1): at most FirstLeaseWait, and within ctx. central says a key the node
+// has no room for may be decided by the allocator (Check); AllowAll, which
+// must be able to give back what it took, says no and such a key is
+// refused.
 func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, central bool) (Decision, spend, error) {
+	again := false
+	var deadline clock.Timer
+	defer func() {
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
 	for {
-		p := rs.table.Pool(key)
-		if p == nil { // a new key, and the node's key table is full
+		k := rs.table.Key(key)
+		if k == nil { // a new key, and the node's key table is full
 			if !central {
 				r := rs.rule.ForKey(key)
 				rs.counts.decide(false, ModeStrict)
@@ -186,131 +195,46 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 			d, err := c.decideStrict(ctx, rs, key, n, overCapShare)
 			return d, spend{}, err
 		}
-		gen := p.Generation()
-		left, ok := p.Take(n)
-		if ok {
-			return Decision{Allowed: true, Limit: p.Rule().Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name},
-				spend{pool: p, gen: gen, n: n}, nil
+		// (Armed before the decision: an answer that comes between the two
+		// closes this channel, not the next one.)
+		answered := c.mgr.Answered()
+		v := k.Decide(n, c.cfg.Clock.Mono(), c.cfg.Clock.Now(), c.nodesFor(k.Holders()), again)
+		if v.Gone {
+			continue // it left its table under us; the table makes a fresh one
 		}
-		if left >= 0 {
-			d, sp, err := c.withoutLease(ctx, rs, p, key, n, central)
-			if err == errDecideAgain {
-				continue
+		r := k.Rule()
+		if v.Wait {
+			if deadline == nil && c.cfg.Lease.FirstLeaseWait > 0 {
+				deadline = c.cfg.Clock.NewTimer(max(c.cfg.Lease.FirstLeaseWait, c.leaseTimeout()))
 			}
-			return d, sp, err
-		}
-		// The pool was evicted under us; the table now has a fresh one.
-	}
-}
-
-// withoutLease decides when the pool is empty. A key the allocator is
-// serving waits for its next lease. A key it is not serving (new, or the
-// allocator unreachable) uses the node's fallback share, reported later as
-// consumed — except under a failure: closed rule, which never admits
-// without the allocator: it asks it for this request (Check) while the
-// first lease is on its way, and denies when it is down.
-func (c *Client) withoutLease(ctx context.Context, rs *ruleState, p *lease.Pool, key string, n int64, central bool) (Decision, spend, error) {
-	r := p.Rule()
-	now := c.cfg.Clock.Now()
-	down := c.mgr.Down()
-	// A served key waits for its next lease; so does a key whose share of
-	// the rate still runs while the allocator is down: that share is its
-	// limit until the lease ends, and only then does the fallback take over.
-	if c.closed.Load() || leaseDecides(p, down) {
-		p.Refused(n)
-		rs.counts.decide(false, ModeLease)
-		return Decision{Limit: r.Limit, RetryAfter: leaseRetry(p, r, n), Mode: ModeLease, Rule: r.Name}, spend{}, nil
-	}
-	if r.Failure == rules.FailClosed {
-		p.Refused(n) // demand for the rate estimate; it also asks for the first lease
-		if !down && central {
-			d, err := c.decideStrict(ctx, rs, key, n, key)
-			return d, spend{}, err
-		}
-		rs.counts.decide(false, ModeFallback)
-		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, spend{}, nil
-	}
-	share := p.Fallback()
-	if leaseDecides(p, c.mgr.Down()) {
-		// A grant came since this request found the pool empty, and let
-		// the key's share go: decide again, on what it brought. A share
-		// made after the grant, full, would admit the requests caught in
-		// that instant a burst of their own.
-		p.DropFallback(share, now)
-		return Decision{}, spend{}, errDecideAgain
-	}
-	nodes := c.nodesFor(p.Holders())
-	if left, ok := p.LeftCentrally(); ok {
-		share.Cap(r, nodes, now, left/int64(nodes))
-	}
-	bd := share.AllowN(r, nodes, now, n)
-	if bd.Allowed {
-		p.Consumed(n)
-	} else {
-		if central && !down && !fallback.Admits(r, nodes) {
-			if d, sp, ok := c.awaitFirstLease(ctx, rs, p, n); ok {
-				return d, sp, nil
+			again = true
+			if deadline != nil && !c.closed.Load() {
+				select {
+				case <-answered:
+					continue
+				case <-deadline.C():
+				case <-ctx.Done():
+					return Decision{}, spend{}, ctx.Err()
+				}
 			}
+			// No answer in time (or no waiting): refused, as a served key
+			// with nothing left would be.
+			rs.counts.decide(false, ModeLease)
+			return Decision{Limit: r.Limit, RetryAfter: max(c.rtts.slowest(), time.Millisecond), Mode: ModeLease, Rule: r.Name}, spend{}, nil
 		}
-		p.Refused(n)
-	}
-	rs.counts.decide(bd.Allowed, ModeFallback)
-	d := Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,
-		RetryAfter: bd.RetryAfter, ResetAfter: bd.ResetAfter, Mode: ModeFallback, Rule: r.Name}
-	if !bd.Allowed {
-		return d, spend{}, nil
-	}
-	return d, spend{pool: p, share: share, n: n}, nil
-}
-
-// leaseDecides reports whether the key's lease decides, not its fallback
-// share: the allocator serves it, and is reachable or gave it a share of
-// the rate that runs until the lease ends.
-func leaseDecides(p *lease.Pool, down bool) bool { return p.Served() && (!down || p.Sharing()) }
-
-// awaitFirstLease waits, at most Lease.FirstLeaseWait and within ctx, for
-// the first answer on a key whose fallback share can admit nothing (a burst
-// smaller than the fleet rounds to nothing per node), and takes from the
-// lease if one came: a refusal is certain, a lease one round trip away is
-// not. A share that is merely spent does not wait: it refills at limit/N
-// while the lease is on its way. It reports false when no lease tokens
-// came.
-func (c *Client) awaitFirstLease(ctx context.Context, rs *ruleState, p *lease.Pool, n int64) (Decision, spend, bool) {
-	wait := c.cfg.Lease.FirstLeaseWait
-	if wait <= 0 {
-		return Decision{}, spend{}, false
-	}
-	timer := c.cfg.Clock.NewTimer(wait)
-	defer timer.Stop()
-	for !p.Served() && !c.mgr.Down() {
-		select {
-		case <-c.mgr.Answered():
-		case <-timer.C():
-			return Decision{}, spend{}, false
-		case <-ctx.Done():
-			return Decision{}, spend{}, false
+		mode := ModeLease
+		if v.Fallback {
+			mode = ModeFallback
 		}
+		rs.counts.decide(v.Allowed, mode)
+		d := Decision{Allowed: v.Allowed, Limit: r.Limit, Remaining: v.Remaining,
+			RetryAfter: v.RetryAfter, ResetAfter: v.ResetAfter, Mode: mode, Rule: r.Name}
+		if !v.Allowed {
+			return d, spend{}, nil
+		}
+		return d, spend{key: k, v: v, n: n}, nil
 	}
-	gen := p.Generation()
-	left, ok := p.Take(n)
-	if !ok {
-		return Decision{}, spend{}, false
-	}
-	// Counted with the lease's other admissions, by the sweep.
-	return Decision{Allowed: true, Limit: p.Rule().Limit, Remaining: left, Mode: ModeLease, Rule: rs.rule.Name},
-		spend{pool: p, gen: gen, n: n}, true
 }
-
-// leaseRetry estimates when a starved key may pass: not before its next
-// refill, and not before the rule could have made n tokens.
-func leaseRetry(p *lease.Pool, r *rules.Rule, n int64) time.Duration {
-	made := time.Duration(min(float64(n)/r.Rate()*float64(time.Second), math.MaxInt64/2))
-	return max(p.RetryIn(), made, time.Millisecond)
-}
-
-// errDecideAgain tells take that a grant came while withoutLease decided:
-// the key is served now, and the request goes through the pool again.
-var errDecideAgain = errors.New("allot: decide again")
 
 // overCapShare names the fallback share that the keys a full key table
 // leaves without a pool draw on together: not a valid key, so no key's.
@@ -348,10 +272,11 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 		rs.counts.decide(false, ModeFallback)
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, nil
 	}
-	now := c.cfg.Clock.Now()
-	bd := rs.shares.Get(r, shareKey, now).AllowN(r, c.fleetSize(), now, n)
+	now := c.cfg.Clock.Mono()
+	a := rs.shares.Get(r, shareKey, now)
+	bd, _ := a.Decide(r, c.fleetSize(), c.mgr.Windows(time.Duration(c.cfg.Clock.Now().UnixNano())-now), now, n)
 	if bd.Allowed && rs.table == nil { // reported once the allocator is back
-		c.debts.add(r.Name, key, n, now)
+		c.debts.add(r.Name, key, n, c.cfg.Clock.Now())
 	}
 	rs.counts.decide(bd.Allowed, ModeFallback)
 	return Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,

@@ -276,7 +276,7 @@ func (c *Client) nodesFor(holders int) int {
 	if c.gossip != nil {
 		gossip = c.gossip.Nodes()
 	}
-	return fallback.Nodes(gossip, holders, c.mgr.MostHolders(), c.cfg.Nodes)
+	return fallback.Nodes(gossip, holders, max(c.mgr.MostHolders(), c.mgr.Fleet()), c.cfg.Nodes)
 }
 
 func (c *Client) fetchRules(ctx context.Context, opts ...grpc.CallOption) error {

@@ -9,50 +9,30 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/internal/lease"
 )
 
 // grpcTransport carries the lease manager's calls to the allocators.
 type grpcTransport struct{ c *Client }
 
-func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) ([]lease.Grant, string, error) {
-	req := &allotv1.AcquireRequest{NodeId: t.c.cfg.NodeID, Requests: make([]*allotv1.LeaseRequest, len(reqs))}
-	for i, r := range reqs {
-		req.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed,
-			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch, Seq: r.Seq}
-		if r.ConsumedAge > 0 {
-			req.Requests[i].ConsumedAge = durationpb.New(r.ConsumedAge)
-		}
-	}
+func (t grpcTransport) Acquire(ctx context.Context, reqs []lease.Request) (lease.Answer, error) {
 	done := t.c.metrics.rpc("Acquire")
 	var from answer // the allocator that answered, and its attempt's time
-	resp, err := t.c.api.Acquire(ctx, req, t.c.probing(), &from)
+	resp, err := t.c.api.Acquire(ctx, lease.AcquireProto(t.c.cfg.NodeID, reqs), t.c.probing(), &from)
 	done(err)
 	if err != nil {
-		return nil, "", t.c.classify(err)
+		return lease.Answer{}, t.c.classify(err)
 	}
 	if from.addr != "" {
 		t.c.rtts.observe(from.addr, from.took)
 	}
-	grants := make([]lease.Grant, len(resp.GetLeases()))
-	for i, l := range resp.GetLeases() {
-		grants[i] = lease.Grant{Granted: l.GetGranted(), Remaining: l.GetRemaining(), TTL: l.GetTtl().AsDuration(),
-			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch(), Rate: l.GetRate(),
-			FullFor: l.GetFullFor().AsDuration(), FullInTTL: l.GetFullInTtl().AsDuration()}
-	}
-	return grants, resp.GetRulesVersion(), nil
+	return lease.AnswerOf(resp), nil
 }
 
 func (t grpcTransport) Release(ctx context.Context, rets []lease.Return) error {
-	req := &allotv1.ReleaseRequest{NodeId: t.c.cfg.NodeID, Returns: make([]*allotv1.Return, len(rets))}
-	for i, r := range rets {
-		req.Returns[i] = &allotv1.Return{Rule: r.Rule, Key: r.Key, Tokens: r.Tokens, Epoch: r.Epoch}
-	}
 	done := t.c.metrics.rpc("Release")
-	_, err := t.c.api.Release(ctx, req, t.c.probing())
+	_, err := t.c.api.Release(ctx, lease.ReleaseProto(t.c.cfg.NodeID, rets), t.c.probing())
 	done(err)
 	if err != nil {
 		return t.c.classify(err)

@@ -9,12 +9,13 @@ import (
 	"github.com/allot-dev/allot/internal/rules"
 )
 
-// Gossip counts the fleet when it runs; without it the node takes the
-// largest size it knows, so that a key new to every node cannot admit a
-// burst on each (before, a key's own holders, or Config.Nodes of 1, won).
-func TestNodesPrefersGossipThenTheLargestKnown(t *testing.T) {
+// N is the largest size the node knows, gossip's included: a node cut off
+// from the pool counts itself alone in gossip, and must still divide by
+// the holders the allocator keeps its part for.
+func TestNodesIsTheLargestKnown(t *testing.T) {
 	cases := []struct{ gossip, holders, seen, configured, want int }{
-		{4, 2, 9, 8, 4},
+		{4, 2, 9, 8, 9},
+		{1, 8, 0, 1, 8}, // alone in gossip, one of eight holders
 		{0, 2, 0, 8, 8},
 		{0, 8, 0, 1, 8},
 		{0, 0, 8, 1, 8}, // a new key, no gossip, the default Config.Nodes: the fleet seen elsewhere
@@ -34,64 +35,6 @@ func rule(t *testing.T, limit, burst int64, period time.Duration) *rules.Rule {
 		t.Fatal(err)
 	}
 	return &r
-}
-
-func TestShareIsLimitOverN(t *testing.T) {
-	r := rule(t, 100, 100, time.Second)
-	t0 := time.Unix(1_800_000_000, 0)
-	var s Share
-	for i := range 25 {
-		if d := s.AllowN(r, 4, t0, 1); !d.Allowed {
-			t.Fatalf("request %d of burst/4 = 25 refused", i+1)
-		}
-	}
-	d := s.AllowN(r, 4, t0, 1)
-	if d.Allowed || d.RetryAfter != 40*time.Millisecond {
-		t.Fatalf("26th: %+v, want refused for 40ms (rate/4 = 25/s)", d)
-	}
-	if !s.AllowN(r, 4, t0.Add(40*time.Millisecond), 1).Allowed {
-		t.Fatal("one token after 1/(rate/N) refused")
-	}
-	// The fleet shrinks to 2: the share's rate doubles but no tokens appear.
-	if s.AllowN(r, 2, t0.Add(40*time.Millisecond), 1).Allowed {
-		t.Fatal("a smaller fleet minted a burst")
-	}
-	if !s.AllowN(r, 2, t0.Add(60*time.Millisecond), 1).Allowed {
-		t.Fatal("rate/2 = 50/s gives a token every 20ms")
-	}
-}
-
-// A key falling back after leases starts from what the fleet had left.
-func TestShareCap(t *testing.T) {
-	r := rule(t, 100, 100, time.Second)
-	t0 := time.Unix(1_800_000_000, 0)
-	var s Share
-	s.Cap(r, 4, t0, 2)
-	if got := admitted(&s, r, 4, t0); got != 2 {
-		t.Fatalf("admitted %d after Cap(2), want 2", got)
-	}
-}
-
-func TestShareRoundingToZeroDenies(t *testing.T) {
-	r := rule(t, 5, 5, 15*time.Minute)
-	var s Share
-	if d := s.AllowN(r, 8, time.Unix(0, 0), 1); d.Allowed {
-		t.Fatal("5 per 15 min over 8 nodes admitted: the fleet could pass 8")
-	}
-}
-
-func TestSharesForgetIdleKeys(t *testing.T) {
-	r := rule(t, 10, 10, time.Second)
-	var s Shares
-	t0 := time.Unix(1_800_000_000, 0)
-	a := s.Get(r, "a", t0)
-	if s.Get(r, "a", t0) != a {
-		t.Fatal("the same key gave two shares")
-	}
-	s.Get(r, "b", t0.Add(2*time.Minute))
-	if s.Len() != 1 {
-		t.Fatalf("%d shares kept, want the idle one forgotten", s.Len())
-	}
 }
 
 // Four nodes gossip on loopback; when one stops without a word the others'
@@ -126,9 +69,7 @@ func TestGossipCountsLiveNodes(t *testing.T) {
 	_ = alloc
 
 	r := rule(t, 100, 100, time.Second)
-	var share Share
-	t0 := time.Unix(1_800_000_000, 0)
-	before := admitted(&share, r, members[1].Nodes(), t0)
+	before := admitted(NewAllowance(), r, members[1].Nodes(), 0)
 
 	start := time.Now()
 	members[3].Stop() // a crash: no leave message
@@ -136,8 +77,7 @@ func TestGossipCountsLiveNodes(t *testing.T) {
 		return members[0].Nodes() == 3 && members[1].Nodes() == 3 && members[2].Nodes() == 3
 	}, "the others to notice the crash")
 	t.Logf("crash noticed after %v", time.Since(start).Round(time.Millisecond))
-	var grown Share
-	after := admitted(&grown, r, members[1].Nodes(), t0)
+	after := admitted(NewAllowance(), r, members[1].Nodes(), 0)
 	if before != 25 || after != 33 {
 		t.Fatalf("fallback burst %d with 4 nodes, %d with 3; want 25 and 33", before, after)
 	}
@@ -150,12 +90,15 @@ func TestGossipCountsLiveNodes(t *testing.T) {
 	t.Logf("leave noticed after %v", time.Since(start).Round(time.Millisecond))
 }
 
-func admitted(s *Share, r *rules.Rule, nodes int, now time.Time) int {
+func admitted(a *Allowance, r *rules.Rule, nodes int, now time.Duration) int {
 	n := 0
-	for s.AllowN(r, nodes, now, 1).Allowed {
+	for {
+		res, _ := a.Decide(r, nodes, Windows{}, now, 1)
+		if !res.Allowed {
+			return n
+		}
 		n++
 	}
-	return n
 }
 
 func waitFor(t *testing.T, within time.Duration, cond func() bool, what string) {

@@ -6,11 +6,11 @@ import (
 	"sync/atomic"
 )
 
-// keyMap maps keys to pools for the hot path: a lookup is one string hash,
+// keyMap maps key names to their leases for the hot path: a lookup is one string hash,
 // two atomic loads and a short scan, with no lock and no allocation.
 // Buckets are immutable slices replaced whole under mu (copy on write), and
 // the bucket array is rebuilt under mu when it gets crowded; a reader on an
-// old array misses at most keys added since, and Pool re-checks under mu.
+// old array misses at most keys added since, and Table.Key re-checks under mu.
 type keyMap struct {
 	seed  maphash.Seed
 	mu    sync.Mutex
@@ -20,7 +20,7 @@ type keyMap struct {
 
 type keyTable struct {
 	mask    uint64
-	buckets []atomic.Pointer[[]*Pool]
+	buckets []atomic.Pointer[[]*KeyLease]
 }
 
 const (
@@ -35,10 +35,10 @@ func newKeyMap() *keyMap {
 }
 
 func newKeyTable(n int) *keyTable {
-	return &keyTable{mask: uint64(n - 1), buckets: make([]atomic.Pointer[[]*Pool], n)}
+	return &keyTable{mask: uint64(n - 1), buckets: make([]atomic.Pointer[[]*KeyLease], n)}
 }
 
-func (m *keyMap) load(key string) *Pool {
+func (m *keyMap) load(key string) *KeyLease {
 	t := m.table.Load()
 	b := t.buckets[maphash.String(m.seed, key)&t.mask].Load()
 	if b == nil {
@@ -52,8 +52,8 @@ func (m *keyMap) load(key string) *Pool {
 	return nil
 }
 
-// loadOrStore returns the key's pool, storing p when there is none.
-func (m *keyMap) loadOrStore(key string, p *Pool) (actual *Pool, loaded bool) {
+// loadOrStore returns the key's key, storing p when there is none.
+func (m *keyMap) loadOrStore(key string, p *KeyLease) (actual *KeyLease, loaded bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if q := m.load(key); q != nil {
@@ -64,9 +64,9 @@ func (m *keyMap) loadOrStore(key string, p *Pool) (actual *Pool, loaded bool) {
 	}
 	t := m.table.Load()
 	slot := &t.buckets[maphash.String(m.seed, key)&t.mask]
-	var next []*Pool
+	var next []*KeyLease
 	if b := slot.Load(); b != nil {
-		next = append(make([]*Pool, 0, len(*b)+1), *b...)
+		next = append(make([]*KeyLease, 0, len(*b)+1), *b...)
 	}
 	next = append(next, p)
 	slot.Store(&next)
@@ -75,7 +75,7 @@ func (m *keyMap) loadOrStore(key string, p *Pool) (actual *Pool, loaded bool) {
 }
 
 // remove deletes the key if it still maps to p.
-func (m *keyMap) remove(key string, p *Pool) {
+func (m *keyMap) remove(key string, p *KeyLease) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.table.Load()
@@ -89,7 +89,7 @@ func (m *keyMap) remove(key string, p *Pool) {
 			if len(*b) == 1 {
 				slot.Store(nil)
 			} else {
-				next := make([]*Pool, 0, len(*b)-1)
+				next := make([]*KeyLease, 0, len(*b)-1)
 				next = append(append(next, (*b)[:i]...), (*b)[i+1:]...)
 				slot.Store(&next)
 			}
@@ -113,7 +113,7 @@ func (m *keyMap) resize(n int) {
 		if b := old.buckets[i].Load(); b != nil {
 			for _, p := range *b {
 				slot := &t.buckets[maphash.String(m.seed, p.key)&t.mask]
-				var next []*Pool
+				var next []*KeyLease
 				if cur := slot.Load(); cur != nil {
 					next = *cur
 				}
@@ -125,8 +125,8 @@ func (m *keyMap) resize(n int) {
 	m.table.Store(t)
 }
 
-// each calls f on every pool; pools added meanwhile may be missed.
-func (m *keyMap) each(f func(*Pool)) {
+// each calls f on every key; keys added meanwhile may be missed.
+func (m *keyMap) each(f func(*KeyLease)) {
 	t := m.table.Load()
 	for i := range t.buckets {
 		if b := t.buckets[i].Load(); b != nil {

@@ -64,3 +64,6 @@ func (t mono) Sub(u mono) time.Duration {
 func (t mono) time() time.Time {
 	return time.Unix(0, 0).Add(time.Duration(t - monoOrigin))
 }
+
+// sinceOrigin is t as a duration from the clock's origin: what Mono reads.
+func (t mono) sinceOrigin() time.Duration { return time.Duration(t - monoOrigin) }

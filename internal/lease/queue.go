@@ -5,19 +5,19 @@ import (
 	"sync"
 )
 
-// deadlines holds pools with something due at an instant, earliest first:
+// deadlines holds keys with something due at an instant, earliest first:
 // the next request of a key (a short grant's retry, a share's renewal), or
 // the next time its bookkeeping needs the loop (a lease that ends, an idle
-// check). A pool has at most one live entry in each queue: pushing it
+// check). A key has at most one live entry in each queue: pushing it
 // again leaves the older entries stale, and they are skipped.
 type deadlines struct {
 	items deadlineHeap
-	seq   func(*Pool) *uint32 // the pool's live entry in this queue
+	seq   func(*KeyLease) *uint32 // the key's live entry in this queue
 }
 
 type deadline struct {
 	at  mono
-	p   *Pool
+	p   *KeyLease
 	seq uint32
 }
 
@@ -33,7 +33,7 @@ func (h *deadlineHeap) Pop() any {
 	old[len(old)-1] = deadline{}
 	*h = old[:len(old)-1]
 	// A queue that held many keys and now holds few gives its array back
-	// (issue 9: a node's heap per idle key).
+	// (a node whose keys went idle would otherwise keep its peak).
 	if n := len(*h); cap(old) > minQueueCap && n < cap(old)/4 {
 		*h = append(make(deadlineHeap, 0, 2*n), *h...)
 	}
@@ -43,7 +43,7 @@ func (h *deadlineHeap) Pop() any {
 // minQueueCap is the array a queue keeps however few keys it holds.
 const minQueueCap = 64
 
-func (q *deadlines) push(p *Pool, at mono) {
+func (q *deadlines) push(p *KeyLease, at mono) {
 	s := q.seq(p)
 	*s++
 	if len(q.items) == cap(q.items) && len(q.items) >= minQueueCap {
@@ -54,7 +54,7 @@ func (q *deadlines) push(p *Pool, at mono) {
 
 // compact drops every stale entry, not only those at the top: a key that
 // left, or whose deadline moved, leaves an entry that would otherwise keep
-// its pool alive until the entry's instant came. It runs when the array is
+// its key alive until the entry's instant came. It runs when the array is
 // full, before it would grow, so the queue never holds more than twice its
 // live entries for long, at an amortized O(1) a push.
 func (q *deadlines) compact() {
@@ -70,8 +70,8 @@ func (q *deadlines) compact() {
 	heap.Init(&q.items)
 }
 
-// cancel makes the pool's live entry stale.
-func (q *deadlines) cancel(p *Pool) { *q.seq(p)++ }
+// cancel makes the key's live entry stale.
+func (q *deadlines) cancel(p *KeyLease) { *q.seq(p)++ }
 
 // dropStale pops the stale entries at the top.
 func (q *deadlines) dropStale() {
@@ -88,7 +88,7 @@ func (q *deadlines) peek() (mono, bool) {
 	return q.items[0].at, true
 }
 
-func (q *deadlines) popDue(now mono) (*Pool, bool) {
+func (q *deadlines) popDue(now mono) (*KeyLease, bool) {
 	q.dropStale()
 	if len(q.items) == 0 || q.items[0].at.After(now) {
 		return nil, false
@@ -98,18 +98,18 @@ func (q *deadlines) popDue(now mono) (*Pool, bool) {
 
 // inbox carries the hot path's refill requests to the loop. It never
 // blocks and never drops one: a request that found the loop busy waits in
-// the list (one entry per pool at most: WantRefill marks the pool queued).
+// the list (one entry per key at most: WantRefill marks the key queued).
 type inbox struct {
-	mu    sync.Mutex
-	pools []*Pool
-	wake  chan struct{} // holds a value while the list is not empty
+	mu   sync.Mutex
+	keys []*KeyLease
+	wake chan struct{} // holds a value while the list is not empty
 }
 
 func newInbox() *inbox { return &inbox{wake: make(chan struct{}, 1)} }
 
-func (b *inbox) put(p *Pool) {
+func (b *inbox) put(p *KeyLease) {
 	b.mu.Lock()
-	b.pools = append(b.pools, p)
+	b.keys = append(b.keys, p)
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
@@ -118,16 +118,16 @@ func (b *inbox) put(p *Pool) {
 }
 
 // take empties the list.
-func (b *inbox) take() []*Pool {
+func (b *inbox) take() []*KeyLease {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := b.pools
-	b.pools = nil
+	out := b.keys
+	b.keys = nil
 	return out
 }
 
 func (b *inbox) len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.pools)
+	return len(b.keys)
 }

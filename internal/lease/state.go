@@ -2,108 +2,17 @@ package lease
 
 import "time"
 
-// A pool's bookkeeping that only the manager goroutine touches: what every
-// key keeps (managerState, inside the Pool), what only a busy key keeps
-// (busyState), and the request a key has in flight.
-
-// managerState is the pool's bookkeeping, touched only by the manager.
-type managerState struct {
-	credited    int64 // tokens ever put in minus tokens taken out by the manager
-	expiry      mono  // when the newest lease's tokens die; zero: no lease
-	servedUntil mono
-	// busy holds what only a busy key needs; nil reads as all zeros.
-	busy *busyState
-	// rate is the EWMA of demand, tokens per second; fastRate the same over
-	// two sweeps: how fast a share follows a surge. float32 keeps seven
-	// digits, more than a lease size or a share needs, in half the bytes.
-	rate, fastRate float32
-	lastTaken      int64
-	lastSample     mono
-	lastActive     mono
-	size           int64 // the lease size to ask for
-	epoch          int64
-	inFlight       *flight
-	seq            uint64  // the sequence number of the key's last request
-	unacked        *flight // a request that failed, to be sent again as it was
-	timerAt        mono    // when the live timer entry is due; zero: none
-
-	// The pool's live entries in the request queue and the timer queue.
-	// 32 bits are plenty: a stale entry would be taken for the live one
-	// only after exactly 2^32 more of the pool's pushes while it waits
-	// (years of a key's requests), and then cost one early visit.
-	delaySeq, timerSeq uint32
-
-	// (The bools last: together they take one word.)
-	initialized bool
-	solo        bool // asks in a batch of its own after a rejected batch
-	pending     bool // in the manager's next batch
-	sent        bool // a request has been sent for the key
-	givingBack  bool // a request giving the share back is on its way
-	askedAgain  bool // demand was seen since the key's last request left
-	asleep      bool // its share sleeps out of the tick (sleep.go)
-	short       bool // its last grant fell short of what it asked for
-}
-
-// busyState is the part of a pool's bookkeeping that only a busy key
-// needs: the carry of older leases and a share of the rule's rate. A key
-// gets one the first time it needs it (a lease arrives while tokens are
-// left, or a share comes with one) and keeps it while it lives; the many
-// keys touched once or now and then never do, and save its 72 bytes (an
-// 80 B allocation, less the pointer).
-type busyState struct {
-	// carry is what was left of older leases when a newer one arrived; those
-	// tokens still die at carryExpiry. takenAtCarry is taken() at that moment.
-	carry        int64
-	carryExpiry  mono
-	takenAtCarry int64
-
-	// The share of the rule's rate (share.go): tokens per second earned from
-	// shareFrom until shareEnd; accrued holds the fraction of a token not
-	// yet in the pool (negative: owed); shareCap the most tokens the share
-	// may pile up.
-	share     float64
-	shareFrom mono
-	shareEnd  mono
-	accrued   float64
-	shareCap  int64
-	// overflow is what the share earned beyond the pool's cap, to be given
-	// back (share.go).
-	overflow int64
-}
-
-// makeBusy returns the key's busy state, making it the first time.
-func (o *managerState) makeBusy() *busyState {
-	if o.busy == nil {
-		o.busy = &busyState{}
-	}
-	return o.busy
-}
-
-// takeOverflow returns what the key's share earned beyond the pool's cap,
-// to give back, and clears it.
-func (o *managerState) takeOverflow() int64 {
-	if o.busy == nil {
-		return 0
-	}
-	n := o.busy.overflow
-	o.busy.overflow = 0
-	return n
-}
-
-// carry is what older leases left that dies before the newest lease.
-func (o *managerState) carry() int64 {
-	if o.busy == nil {
-		return 0
-	}
-	return o.busy.carry
-}
-
-// shareRate is the share of the rule's rate the key earns, tokens per second.
-func (o *managerState) shareRate() float64 {
-	if o.busy == nil {
-		return 0
-	}
-	return o.busy.share
+// requestState is a key's request on its way, or to send again, and the
+// fallback admissions it owes a report of.
+type requestState struct {
+	inFlight *flight // its part of an Acquire in flight
+	unacked  *flight // a request that failed, to be sent again as it was
+	seq      uint64  // the sequence number of its last request
+	// owed are fallback admissions no report carries yet, made after the
+	// request that closed the key's allowance left; owedSince is when the
+	// first of them was admitted.
+	owed      int64
+	owedSince mono
 }
 
 // flight is one key's part of an Acquire in flight.
@@ -113,5 +22,57 @@ type flight struct {
 	age                     time.Duration
 	sent                    mono // of the first attempt
 	returned, returnedEpoch int64
+	held                    int64
 	seq                     uint64
+}
+
+// rateShare is the share of the rule's rate a key earns (share.go): tokens
+// per second from `from` until end; accrued holds the fraction of a token
+// not yet in the lease (negative: owed), capTokens the most the share may
+// pile up, overflow what it earned beyond that, to be given back.
+type rateShare struct {
+	rate      float64
+	from, end mono
+	accrued   float64
+	capTokens int64
+	overflow  int64
+}
+
+// queueState is where a key stands in the Core's queues: its live entries
+// in the request and timer queues (32 bits are plenty: a stale entry would
+// be taken for the live one only after 2^32 more pushes of the key while it
+// waits), when its timer is due, and its place in the sweep's set.
+type queueState struct {
+	delaySeq, timerSeq uint32
+	timerAt            mono
+	setIndex           int // 1 + its index in the sweep's set; 0: not in it
+}
+
+// owes reports whether the key admitted on fallback what no report has
+// carried yet.
+func (k *KeyLease) owes() bool {
+	if k.req.owed > 0 {
+		return true
+	}
+	a := k.fallback.Load()
+	return a != nil && a.Pending()
+}
+
+// rate is the share of the rule's rate the key earns, tokens per second.
+func (k *KeyLease) shareRate() float64 {
+	if k.share == nil {
+		return 0
+	}
+	return k.share.rate
+}
+
+// takeOverflow returns what the key's share earned beyond its cap, to give
+// back, and clears it.
+func (k *KeyLease) takeOverflow() int64 {
+	if k.share == nil {
+		return 0
+	}
+	n := k.share.overflow
+	k.share.overflow = 0
+	return n
 }

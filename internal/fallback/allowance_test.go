@@ -1,0 +1,162 @@
+package fallback
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// step is one decision of an allowance at a named instant.
+type step struct {
+	name    string
+	at      time.Duration
+	nodes   int
+	n       int64
+	allowed bool
+	retry   time.Duration // checked when not allowed
+}
+
+func run(t *testing.T, a *Allowance, r *rules.Rule, w Windows, steps []step) {
+	t.Helper()
+	for _, s := range steps {
+		res, ok := a.Decide(r, s.nodes, w, s.at, s.n)
+		if !ok {
+			t.Fatalf("%s: allowance closed", s.name)
+		}
+		if res.Allowed != s.allowed || (!s.allowed && s.retry != 0 && res.RetryAfter != s.retry) {
+			t.Fatalf("%s (at %v, %d of %d nodes): %+v, want allowed=%v retry=%v", s.name, s.at, s.n, s.nodes, res, s.allowed, s.retry)
+		}
+	}
+}
+
+func windowRule(t *testing.T, alg rules.Algorithm, limit int64, period time.Duration) *rules.Rule {
+	r := rules.Rule{Name: "w", Algorithm: alg, Limit: limit, Period: period}
+	if err := r.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+// A fresh allowance is burst/N, refilled at rate/N; a shrinking fleet
+// raises the rate but mints no burst.
+func TestAllowanceTokenBucket(t *testing.T) {
+	r := rule(t, 100, 100, time.Second)
+	a := NewAllowance()
+	var steps []step
+	for i := range 25 {
+		steps = append(steps, step{name: "burst/4", at: 0, nodes: 4, n: 1, allowed: i < 25})
+	}
+	steps = append(steps,
+		step{"26th", 0, 4, 1, false, 40 * time.Millisecond},
+		step{"t1 = 1/(rate/4)", 40 * time.Millisecond, 4, 1, true, 0},
+		step{"fleet of 2, no burst", 40 * time.Millisecond, 2, 1, false, 20 * time.Millisecond},
+		step{"t2 = t1 + 1/(rate/2)", 60 * time.Millisecond, 2, 1, true, 0},
+		step{"a cost above burst/N", 10 * time.Second, 4, 26, false, time.Second},
+	)
+	run(t, a, r, Windows{}, steps)
+}
+
+// A key whose lease ended starts empty and earns only from the latest
+// instant its lease could end at the store.
+func TestAllowanceAfterLeaseStartsEmpty(t *testing.T) {
+	r := rule(t, 100, 100, time.Second)
+	t0 := 5 * time.Second
+	a := AfterLease(t0, math.MinInt64)
+	run(t, a, r, Windows{}, []step{
+		{"before the lease's end", t0 - time.Second, 4, 1, false, time.Second + 40*time.Millisecond},
+		{"at the lease's end", t0, 4, 1, false, 40 * time.Millisecond},
+		{"one token later", t0 + 40*time.Millisecond, 4, 1, true, 0},
+		{"and no more", t0 + 40*time.Millisecond, 4, 1, false, 40 * time.Millisecond},
+	})
+}
+
+func TestAllowanceRoundingToZeroDenies(t *testing.T) {
+	r := rule(t, 5, 5, 15*time.Minute)
+	if res, _ := NewAllowance().Decide(r, 8, Windows{}, 0, 1); res.Allowed {
+		t.Fatal("5 per 15 min over 8 nodes admitted: the fleet could pass 8")
+	}
+	w := windowRule(t, rules.FixedWindow, 5, time.Minute)
+	if res, _ := NewAllowance().Decide(w, 8, Windows{Known: true}, 0, 1); res.Allowed {
+		t.Fatal("a window of 5 over 8 nodes admitted")
+	}
+}
+
+// A year-long period over many nodes: no overflow, the rate never grows.
+func TestAllowanceAtExtremes(t *testing.T) {
+	r := rule(t, rules.MaxLimit, rules.MaxLimit, rules.MaxPeriod)
+	for _, nodes := range []int{1, 292, 1 << 20, math.MaxInt32} {
+		a := NewAllowance()
+		capacity := r.Burst / int64(nodes)
+		if res, _ := a.Decide(r, nodes, Windows{}, 0, capacity); !res.Allowed {
+			t.Errorf("%d nodes: burst/N = %d refused: %+v", nodes, capacity, res)
+		}
+		if res, _ := a.Decide(r, nodes, Windows{}, 0, 1); res.Allowed || res.RetryAfter <= 0 {
+			t.Errorf("%d nodes: past burst/N: %+v", nodes, res)
+		}
+	}
+}
+
+// A window rule's allowance is limit/N per store window, counted only where
+// the node is sure which window it is in; it never admits in the window the
+// key held a lease in, and halves while the windows' place is unknown.
+func TestAllowanceWindows(t *testing.T) {
+	r := windowRule(t, rules.FixedWindow, 100, time.Second)
+	// The store's clock is the node's + 10.000 s to + 10.050 s: store window
+	// k is certainly [k s - 10 s, (k+1) s - 10.05 s) on the node.
+	w := Windows{Lo: 10 * time.Second, Hi: 10*time.Second + 50*time.Millisecond, Known: true}
+	a := AfterLease(0, 12) // held a lease in store window 12 = node [2 s, 3 s)
+	run(t, a, r, w, []step{
+		{"window 12: the lease's", 2500 * time.Millisecond, 4, 1, false, 500 * time.Millisecond},
+		{"window 13 begins", 3 * time.Second, 4, 25, true, 0},
+		{"window 13 spent", 3500 * time.Millisecond, 4, 1, false, 500 * time.Millisecond},
+		{"between 13 and 14", 3960 * time.Millisecond, 4, 1, false, 40 * time.Millisecond},
+		{"window 14", 4 * time.Second, 4, 25, true, 0},
+	})
+	u := NewAllowance()
+	run(t, u, r, Windows{Lo: 10 * time.Second, Hi: 10 * time.Second}, []step{
+		{"unknown: limit/2N", 0, 4, 12, true, 0},
+		{"unknown: no more", 0, 4, 1, false, time.Second},
+	})
+}
+
+// What an allowance admits is handed to reports once, put back when a
+// report fails, refunded when a request does not go ahead, and closed when
+// the key is served again.
+func TestAllowanceConsumption(t *testing.T) {
+	r := rule(t, 100, 100, time.Second)
+	a := NewAllowance()
+	a.Decide(r, 1, Windows{}, time.Second, 3)
+	a.Decide(r, 1, Windows{}, 2*time.Second, 2)
+	if n, age := a.TakeConsumed(3 * time.Second); n != 5 || age != 2*time.Second {
+		t.Fatalf("took %d aged %v, want 5 aged 2s", n, age)
+	}
+	if n, _ := a.TakeConsumed(3 * time.Second); n != 0 {
+		t.Fatalf("took %d twice", n)
+	}
+	a.RestoreConsumed(5, time.Second)
+	a.Decide(r, 1, Windows{}, 4*time.Second, 1)
+	if !a.Refund(1) {
+		t.Fatal("refund refused")
+	}
+	if n, age := a.Close(5 * time.Second); n != 5 || age != 4*time.Second {
+		t.Fatalf("closed with %d aged %v, want 5 aged 4s", n, age)
+	}
+	if _, ok := a.Decide(r, 1, Windows{}, 5*time.Second, 1); ok {
+		t.Fatal("a closed allowance decided")
+	}
+}
+
+func TestSharesForgetIdleKeys(t *testing.T) {
+	r := rule(t, 10, 10, time.Second)
+	var s Shares
+	a := s.Get(r, "a", 0)
+	if s.Get(r, "a", 0) != a {
+		t.Fatal("the same key gave two allowances")
+	}
+	s.Get(r, "b", 2*time.Minute)
+	if s.Len() != 1 {
+		t.Fatalf("%d allowances kept, want the idle one forgotten", s.Len())
+	}
+}

@@ -1,0 +1,135 @@
+package lease
+
+import (
+	"math"
+	"time"
+
+	"github.com/allot-dev/allot/internal/fallback"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Verdict is one decision on a key.
+type Verdict struct {
+	Allowed bool
+	// Fallback says the fallback allowance decided, not a lease.
+	Fallback bool
+	// Wait says the key's first lease is on its way and the allocator
+	// answers: wait for an answer (Core.Answered) and decide again, with
+	// again set. No token is admitted without the allocator's say while it
+	// answers (docs/bounds.md, rule 1).
+	Wait bool
+	// Gone says the key left its table meanwhile: look it up again.
+	Gone       bool
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+
+	gen       uint64 // the lease's generation when its tokens were taken
+	allowance *fallback.Allowance
+}
+
+// Decide decides a request of n tokens at now, the node's monotonic clock;
+// wall is its wall clock (a window rule's guess of the store's windows
+// while it knows none) and nodes the fleet size its fallback divides by.
+// again says the caller decides again after a Wait, whose demand was
+// counted. It never blocks.
+func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int, again bool) Verdict {
+	for {
+		gen := k.gen.Load()
+		left, ok := k.Take(n)
+		if ok {
+			return Verdict{Allowed: true, Remaining: k.remaining(left), gen: gen}
+		}
+		if left < 0 {
+			return Verdict{Gone: true}
+		}
+		r := k.Rule()
+		c := k.table.c
+		a := k.fallback.Load()
+		if a == nil {
+			served := mono(k.served.Load())
+			down := c.Down()
+			switch {
+			case !down && served == 0: // its first lease is on its way
+				if !again {
+					k.demand.Add(n)
+				}
+				k.WantRefill()
+				return Verdict{Wait: true}
+			case !down || monoAt(now).Before(served):
+				// Served: the allocator answers, or the lease may still be in
+				// force at the store. An empty key waits for its next lease.
+				k.Refused(n)
+				return Verdict{Remaining: k.remaining(0), RetryAfter: k.leaseRetry(r, n, monoAt(now))}
+			case r.Failure == rules.FailClosed:
+				k.Refused(n)
+				return Verdict{Fallback: true, RetryAfter: r.Lease.Refresh}
+			}
+			a = k.newAllowance(served)
+		}
+		res, ok := a.Decide(r, nodes, c.Windows(time.Duration(wall.UnixNano())-now), now, n)
+		if !ok {
+			continue // a grant closed it: the lease decides again
+		}
+		k.demand.Add(n)
+		k.WantRefill() // a refill, or the report of what it admitted
+		v := Verdict{Allowed: res.Allowed, Fallback: true, Remaining: res.Remaining,
+			RetryAfter: res.RetryAfter, ResetAfter: res.ResetAfter}
+		if res.Allowed {
+			v.allowance = a
+		}
+		return v
+	}
+}
+
+// remaining is what a lease decision says is left: the key's own tokens,
+// and its part of what the allocator had left after its last grant, for
+// the caller's RateLimit fields (the node cannot know more without asking).
+func (k *KeyLease) remaining(left int64) int64 {
+	return max(left, 0) + k.central.Load()/int64(max(k.Holders(), 1))
+}
+
+// newAllowance gives the key its fallback allowance, the first decision
+// that needs one: full for a key the allocator never answered for, empty
+// and earning from the latest end of its lease for one it did.
+func (k *KeyLease) newAllowance(served mono) *fallback.Allowance {
+	a := fallback.NewAllowance()
+	if served != 0 {
+		epoch := int64(math.MinInt64)
+		if k.Rule().Algorithm != rules.TokenBucket {
+			epoch = k.epoch.Load()
+		}
+		a = fallback.AfterLease(served.sinceOrigin(), epoch)
+	}
+	if !k.fallback.CompareAndSwap(nil, a) {
+		if cur := k.fallback.Load(); cur != nil {
+			return cur
+		}
+	}
+	return a
+}
+
+// Undo gives back the n tokens v took, for a request that did not go
+// ahead after all, and reports how many went back: none when their lease
+// has ended since or the allowance closed.
+func (k *KeyLease) Undo(v Verdict, n int64) int64 {
+	switch {
+	case !v.Allowed:
+		return 0
+	case v.allowance != nil:
+		if v.allowance.Refund(n) {
+			k.demand.Add(-n)
+			return n
+		}
+	case k.Give(n, v.gen):
+		return n
+	}
+	return 0
+}
+
+// leaseRetry estimates when a starved key may pass: not before its next
+// refill, and not before the rule could have made n tokens.
+func (k *KeyLease) leaseRetry(r *rules.Rule, n int64, now mono) time.Duration {
+	made := time.Duration(min(float64(n)/r.Rate()*float64(time.Second), math.MaxInt64/2))
+	return max(k.retryIn(now), made, time.Millisecond)
+}

@@ -1,0 +1,92 @@
+package lease
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A key whose lease ends while the allocator is down keeps its lease's
+// tokens until they die, refuses until the lease may have ended at the
+// store, then decides on an allowance that starts empty and earns rate/N
+// from then (docs/bounds.md, rule 5); what it admits is reported with its
+// next request, and what it admitted after that request left is paid from
+// the grant.
+func TestFallbackAfterALease(t *testing.T) {
+	g := newRig(t, func(c *Config) { c.TokensOnly = true })
+	k := func() *KeyLease { return g.key("r", "k") }
+	var v Verdict
+	var served time.Duration
+	g.run([]step{
+		{name: "t0: first lease", at: 0, do: func(g *rig) { g.decide("r", "k", 1) }},
+		{name: "t1: granted", at: time.Millisecond, do: func(g *rig) {
+			g.answer()
+			served = mono(k().served.Load()).sinceOrigin() - g.start
+		}},
+		{name: "t2: spent to the last token, then the allocator is cut off", at: 100 * time.Millisecond, do: func(g *rig) {
+			for k().Tokens() > 0 {
+				g.decide("r", "k", 1)
+			}
+			g.to(101 * time.Millisecond)
+			g.fail()
+		}},
+		{name: "t3: down, and the lease may still be in force at the store", at: 500 * time.Millisecond,
+			do:   func(g *rig) { v = g.decide("r", "k", 1) },
+			want: func(g *rig) error { return verdict(v, false, false, false) }},
+		{name: "t4: past the lease's latest end: an empty allowance", at: 1001 * time.Millisecond,
+			do: func(g *rig) { v = g.decide("r", "k", 2) },
+			want: func(g *rig) error {
+				if served != 1001*time.Millisecond {
+					return fmt.Errorf("served until %v, want the answer plus the TTL, 1.001s", served)
+				}
+				return verdict(v, false, true, false)
+			}},
+		{name: "t5: 2 ms of rate/N later", at: 1003 * time.Millisecond,
+			do:   func(g *rig) { v = g.decide("r", "k", 2) },
+			want: func(g *rig) error { return verdict(v, true, true, false) }},
+		{name: "t6: the allocator back: the report leaves", at: 1100 * time.Millisecond, do: func(g *rig) {
+			g.fail() // (the retries' backoff)
+			for range 20 {
+				if len(g.out) > 0 {
+					break
+				}
+				g.to(g.now() - g.start + 50*time.Millisecond)
+			}
+		}, want: func(g *rig) error {
+			if len(g.out) == 0 {
+				return fmt.Errorf("no request out")
+			}
+			if got := g.out[len(g.out)-1].Requests[0].Consumed; got != 2 {
+				return fmt.Errorf("reported %d consumed, want 2", got)
+			}
+			return nil
+		}},
+		{name: "t7: admitted in flight, paid from the grant", at: 1500 * time.Millisecond, do: func(g *rig) {
+			v = g.decide("r", "k", 3) // (still on the allowance: its grant is not back)
+			g.answer()
+		}, want: func(g *rig) error {
+			if err := verdict(v, true, true, false); err != nil {
+				return err
+			}
+			if k().phase == phaseFallback || k().fallback.Load() != nil {
+				return fmt.Errorf("phase %v after the grant", k().phase)
+			}
+			if k().req.owed != 0 {
+				return fmt.Errorf("owes %d, want the grant to have paid the 3 admitted in flight", k().req.owed)
+			}
+			return nil
+		}},
+	})
+}
+
+// A failure: closed rule never admits without the allocator.
+func TestClosedRuleNeverFallsBack(t *testing.T) {
+	g := newRig(t, nil)
+	var v Verdict
+	g.run([]step{
+		{name: "t0: a call fails", at: 0, do: func(g *rig) { g.decide("closed", "other", 1); g.to(time.Millisecond); g.fail() }},
+		{name: "t1: a new key of the closed rule", at: 2 * time.Millisecond,
+			do:   func(g *rig) { v = g.decide("closed", "k", 1) },
+			want: func(g *rig) error { return verdict(v, false, true, false) }},
+	})
+}

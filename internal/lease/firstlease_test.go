@@ -1,0 +1,82 @@
+package lease
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A key with no lease yet waits for its first while the allocator answers,
+// and falls back only once a call has failed (docs/bounds.md, rule 1): a
+// cold fleet, each node assuming it is alone, cannot spend a burst per node.
+func TestNewKeyWaitsForItsFirstLease(t *testing.T) {
+	g := newRig(t, nil)
+	var v Verdict
+	g.run([]step{
+		{name: "t0: a new key's first request", at: 0,
+			do:   func(g *rig) { v = g.decide("api", "k", 1) },
+			want: func(g *rig) error { return verdict(v, false, false, true) }},
+		{name: "t0: its request leaves at once: its caller waits on it", at: 0,
+			want: func(g *rig) error {
+				if len(g.out) != 1 {
+					return fmt.Errorf("%d calls out, want 1", len(g.out))
+				}
+				return nil
+			}},
+		{name: "t1: still waiting while it is on its way", at: time.Millisecond,
+			do:   func(g *rig) { v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, true) },
+			want: func(g *rig) error { return verdict(v, false, false, true) }},
+		{name: "t2: answered", at: 2 * time.Millisecond,
+			do: func(g *rig) { g.answer(); v = g.decide("api", "k", 1) },
+			want: func(g *rig) error {
+				if err := verdict(v, true, false, false); err != nil {
+					return err
+				}
+				if k := g.key("api", "k"); k.phase != phaseLeased && k.phase != phaseSharing {
+					return fmt.Errorf("phase %v, want leased", k.phase)
+				}
+				return nil
+			}},
+	})
+}
+
+// A new key while the allocator is down decides on a full allowance at once.
+func TestNewKeyFallsBackOnceTheAllocatorIsDown(t *testing.T) {
+	g := newRig(t, nil)
+	var v Verdict
+	g.run([]step{
+		{name: "t0: another key's call fails", at: 0,
+			do: func(g *rig) { g.decide("api", "other", 1); g.to(time.Millisecond); g.fail() }},
+		{name: "t1: a new key decides on its full allowance", at: 2 * time.Millisecond,
+			do: func(g *rig) { v = g.decide("api", "k", 200) },
+			want: func(g *rig) error {
+				if err := verdict(v, true, true, false); err != nil {
+					return err
+				}
+				if k := g.key("api", "k"); k.phase != phaseFallback {
+					return fmt.Errorf("phase %v, want fallback", k.phase)
+				}
+				return nil
+			}},
+		{name: "t1: and no more than its burst", at: 2 * time.Millisecond,
+			do:   func(g *rig) { v = g.decide("api", "k", 1) },
+			want: func(g *rig) error { return verdict(v, false, true, false) }},
+	})
+}
+
+// A served key that runs dry refuses while the allocator answers, however
+// long its renewal takes: it never decides on a fallback meanwhile.
+func TestServedKeyNeverFallsBackWhileTheAllocatorAnswers(t *testing.T) {
+	g := newRig(t, func(c *Config) { c.TokensOnly = true })
+	var v Verdict
+	g.run([]step{
+		{name: "t0: first lease", at: 0, do: func(g *rig) { g.decide("win", "k", 1); g.to(time.Millisecond); g.answer() }},
+		{name: "t1: spent", at: 2 * time.Millisecond, do: func(g *rig) {
+			for g.decide("win", "k", 1).Allowed {
+			}
+		}},
+		{name: "t2: long past its lease's end, its renewal still on its way", at: 5 * time.Second,
+			do:   func(g *rig) { v = g.decide("win", "k", 1) },
+			want: func(g *rig) error { return verdict(v, false, false, false) }},
+	})
+}

@@ -1,0 +1,46 @@
+package lease
+
+import (
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+)
+
+// The lease calls on the wire (allot.v1): the one translation, for the
+// SDK's transport and the simulator's.
+
+// AcquireProto is node's Acquire call of reqs.
+func AcquireProto(node string, reqs []Request) *allotv1.AcquireRequest {
+	req := &allotv1.AcquireRequest{NodeId: node, Requests: make([]*allotv1.LeaseRequest, len(reqs))}
+	for i, r := range reqs {
+		lr := &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed,
+			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch, Seq: r.Seq}
+		if r.ConsumedAge > 0 {
+			lr.ConsumedAge = durationpb.New(r.ConsumedAge)
+		}
+		held := max(r.Held, 0)
+		lr.Held = &held
+		req.Requests[i] = lr
+	}
+	return req
+}
+
+// AnswerOf is the Answer an AcquireResponse carries.
+func AnswerOf(resp *allotv1.AcquireResponse) Answer {
+	ans := Answer{Grants: make([]Grant, len(resp.GetLeases())), Version: resp.GetRulesVersion(), Nodes: int(resp.GetNodes())}
+	for i, l := range resp.GetLeases() {
+		ans.Grants[i] = Grant{Granted: l.GetGranted(), Remaining: l.GetRemaining(), TTL: l.GetTtl().AsDuration(),
+			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch(), Rate: l.GetRate()}
+	}
+	return ans
+}
+
+// ReleaseProto is node's Release call of rets.
+func ReleaseProto(node string, rets []Return) *allotv1.ReleaseRequest {
+	req := &allotv1.ReleaseRequest{NodeId: node, Returns: make([]*allotv1.Return, len(rets))}
+	for i, r := range rets {
+		held := max(r.Held, 0)
+		req.Returns[i] = &allotv1.Return{Rule: r.Rule, Key: r.Key, Tokens: r.Tokens, Epoch: r.Epoch, Held: &held}
+	}
+	return req
+}

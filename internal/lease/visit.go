@@ -1,0 +1,170 @@
+package lease
+
+import (
+	"math"
+	"time"
+)
+
+// A key's bookkeeping when the Core looks at it: at a deadline of its, in
+// the sweep of shares, and after an answer.
+
+// sweep runs every Sweep while some keys hold a share of a rate: their
+// shares earn, their tokens expire, their rates are sampled, those gone
+// quiet give their shares back to the key's other holders, and those idle
+// with no other holder leave. No other key costs the sweep anything. (The
+// set is walked from its end: a key that leaves it swaps in one already
+// visited.)
+func (c *Core) sweep(now mono) {
+	for i := c.sharing.len() - 1; i >= 0; i-- {
+		if i >= c.sharing.len() {
+			continue
+		}
+		k := c.sharing.keys[i]
+		c.accrue(k, now)
+		c.expire(k, now)
+		c.taken(k, k.sample(&c.env, now))
+		c.giveBack(k, now)
+		if k.Holders() <= 1 && k.idle(now) {
+			// Its only holder, idle: it leaves, and the Release of what its
+			// lease holds ends its share in the allocator too.
+			c.leaveSoon(k)
+			continue
+		}
+		if k.shareRate() <= 0 { // it ended: back to its own deadlines
+			c.sharing.remove(k)
+			c.arm(k, now)
+			continue
+		}
+		c.sleep(k, now)
+	}
+}
+
+// visit does a key's bookkeeping when one of its deadlines comes: tokens
+// that die, the idle check. A key with nothing due is not visited.
+func (c *Core) visit(k *KeyLease, now mono) {
+	if k.phase == phaseLeft {
+		return
+	}
+	c.init(k, now)
+	c.accrue(k, now)
+	c.expire(k, now)
+	c.taken(k, k.sample(&c.env, now))
+	if k.est.lastActive.Equal(now) && k.shareRate() <= 0 {
+		// Demand since the key's last look, when it had a deadline: at some
+		// time in between, not now. Dated half an idle period back, a key
+		// touched once leaves one and a half idle periods after its use,
+		// not two, while its lease still holds what it gives back.
+		k.est.lastActive = now.Add(-k.idleAfter() / 2)
+	}
+	if k.idle(now) {
+		c.leaveSoon(k)
+		return
+	}
+	c.noteFallback(k)
+	if k.owes() {
+		k.WantRefill()
+	}
+	c.arm(k, now)
+}
+
+// noteFallback moves a key whose decisions made a fallback allowance to
+// the fallback phase.
+func (c *Core) noteFallback(k *KeyLease) {
+	if k.phase != phaseLeft && k.fallback.Load() != nil {
+		c.sharing.remove(k)
+		k.phase = phaseFallback
+	}
+}
+
+// arm sets the key's next deadline: when its oldest tokens die, when it
+// may be idle. A key holding a share is the sweep's.
+func (c *Core) arm(k *KeyLease, now mono) {
+	if c.sharing.has(k) || k.phase == phaseLeft {
+		c.timers.cancel(k)
+		k.q.timerAt = 0
+		return
+	}
+	next := k.est.lastActive.Add(k.idleAfter())
+	if at, ok := k.spans.next(); ok {
+		next = min(next, at)
+	}
+	if k.phase == phaseDormant && k.Holders() > 1 { // its share goes back once it is quiet
+		next = min(next, k.est.lastActive.Add(k.quietAfter(&c.env)))
+	}
+	if !next.After(now) { // busy (a request on its way): look again later
+		next = now.Add(k.Rule().Lease.TTL / 2)
+	}
+	if k.q.timerAt.IsZero() || next.Before(k.q.timerAt) {
+		k.q.timerAt = next
+		c.timers.push(k, next)
+	}
+}
+
+// settled follows a key whose request has been answered (or has failed):
+// a key of a rule that went leaves; the others get their deadlines.
+func (c *Core) settled(k *KeyLease, now mono) {
+	if k.table.gone.Load() {
+		c.visit(k, now)
+		return
+	}
+	c.taken(k, k.sample(&c.env, now)) // a key that was not sampled meanwhile
+	c.share(k, now)
+	c.arm(k, now)
+}
+
+// share notes that the key holds a share (or no longer does).
+func (c *Core) share(k *KeyLease, now mono) {
+	if k.shareRate() > 0 && k.phase != phaseDormant {
+		if !c.sharing.has(k) {
+			c.sharing.add(k)
+			c.timers.cancel(k)
+			k.q.timerAt = 0
+			if c.sharing.len() == 1 && !c.nextSweep.After(now) { // (a short lease may have brought it forward)
+				c.nextSweep = now.Add(c.cfg.Sweep)
+			}
+		}
+		return
+	}
+	c.sharing.remove(k)
+}
+
+// taken reports lease admissions to the owner's metrics.
+func (c *Core) taken(k *KeyLease, n int64) {
+	if h := c.cfg.Hooks.Taken; h != nil && n > 0 {
+		h(k.table.name, n)
+	}
+}
+
+// expire takes out the tokens whose lease has ended.
+func (c *Core) expire(k *KeyLease, now mono) {
+	k.spans.settle(k.taken())
+	if k.spans.k == 0 {
+		return
+	}
+	gone := k.spans.expire(now)
+	if k.spans.k == 0 {
+		gone = math.MaxInt64 // the last lease ended: nothing of it stays
+	}
+	if gone > 0 {
+		k.gen.Add(1)
+		k.remove(gone)
+	}
+}
+
+// giveBack sends at once the renewal of a share whose key has gone quiet
+// while other nodes hold it: it asks for no rate, so the share goes back to
+// them within a few sweeps instead of at the lease's end.
+func (c *Core) giveBack(k *KeyLease, now mono) {
+	if k.shareRate() <= 0 || k.req.inFlight != nil || k.phase == phaseGivingBack || !k.quiet(&c.env, now) {
+		return
+	}
+	if k.Holders() <= 1 { // nobody to give it to: it leaves once quiet long enough (lapse)
+		return
+	}
+	c.schedule(k, now)
+}
+
+// retryIn is how long until the key's next refill may leave.
+func (k *KeyLease) retryIn(now mono) time.Duration {
+	return max(mono(k.notBefore.Load()).Sub(now), 0)
+}

@@ -1,0 +1,53 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/allot-dev/allot/internal/fallback"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Where the store's windows lie on this node's clock: a window rule's
+// fallback counts its allowance per store window, and only where it is
+// sure which window it is in (docs/bounds.md, rule 5). A window grant says
+// it: the store applied the request at some instant a in [sent, answer] on
+// the node's clock, in window Epoch, and a fixed window's lease ends no
+// later than the window does, exactly at it when the window's end is
+// nearer than the TTL. So the store's clock reads mono + d with
+//
+//	Epoch·P - answer ≤ d ≤ (Epoch+1)·P - TTL - sent
+//
+// and, for a lease the window's end cut short, d ≥ (Epoch+1)·P - TTL - answer.
+
+// learnWindows narrows the estimate with one window grant.
+func (c *Core) learnWindows(r *rules.Rule, f *flight, g Grant, now mono) {
+	p := r.Period
+	sent, answer := f.sent.sinceOrigin(), now.sinceOrigin()
+	end := time.Duration(g.Epoch+1) * p
+	lo, hi := time.Duration(g.Epoch)*p-answer, end-g.TTL-sent
+	if r.Algorithm == rules.FixedWindow && g.TTL < r.Lease.TTL {
+		lo = max(lo, end-g.TTL-answer)
+	}
+	if lo > hi {
+		return // (a store clock stepped between the answer's parts: say nothing)
+	}
+	w := fallback.Windows{Lo: lo, Hi: hi, Known: true}
+	if old := c.windows.Load(); old != nil && old.Lo <= hi && lo <= old.Hi {
+		// Both hold, unless the store's clock stepped; where they overlap
+		// is where it is. A narrow new one stands on its own.
+		if hi-lo > old.Hi-old.Lo {
+			w.Lo, w.Hi = max(lo, old.Lo), min(hi, old.Hi)
+		}
+	}
+	c.windows.Store(&w)
+}
+
+// Windows is where the store's windows lie, as far as this node knows;
+// guess is the node's own offset (its wall clock less its monotonic one),
+// used while it knows nothing. Safe for concurrent use.
+func (c *Core) Windows(guess time.Duration) fallback.Windows {
+	if w := c.windows.Load(); w != nil {
+		return *w
+	}
+	return fallback.Windows{Lo: guess, Hi: guess}
+}
