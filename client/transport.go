@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -55,27 +53,8 @@ func (c *Client) classify(err error) error {
 	switch status.Code(err) {
 	case codes.NotFound, codes.FailedPrecondition:
 		c.requestRules()
-		return &lease.Rejection{Request: rejectedRequest(err), Err: err}
-	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Internal:
-		return &lease.Rejection{Request: rejectedRequest(err), Err: err}
 	}
-	return err
-}
-
-// rejectedRequest reads which request of a batch a refusal is about: the
-// allocator names the field first ("requests[3].key: ..."). -1: none.
-func rejectedRequest(err error) int {
-	msg := status.Convert(err).Message()
-	for _, prefix := range []string{"requests[", "returns["} {
-		if rest, ok := strings.CutPrefix(msg, prefix); ok {
-			if end := strings.IndexByte(rest, ']'); end > 0 {
-				if i, err := strconv.Atoi(rest[:end]); err == nil && i >= 0 {
-					return i
-				}
-			}
-		}
-	}
-	return -1
+	return lease.Classify(err)
 }
 
 // isUnreachable reports whether err means the allocator could not answer.

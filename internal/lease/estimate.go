@@ -39,6 +39,9 @@ func (k *KeyLease) sample(e *env, now mono) int64 {
 	if demand > 0 {
 		s.lastActive, k.askedAgain = now, true
 	}
+	if asked > 0 && k.sent {
+		k.starved = true
+	}
 	alpha := 1 - math.Exp(-elapsed.Seconds()/e.cfg.RateWindow.Seconds())
 	seen := float64(demand) / elapsed.Seconds()
 	rate := float64(s.rate) + alpha*(seen-float64(s.rate))
@@ -100,7 +103,7 @@ func (k *KeyLease) quiet(e *env, now mono) bool {
 func (k *KeyLease) quietAfter(e *env) time.Duration {
 	after := 2 * e.cfg.Sweep
 	if rate := float64(k.est.rate); rate > 0 {
-		after = max(after, time.Duration(min(3/rate, 3600)*float64(time.Second)))
+		after = max(after, time.Duration(min(6/rate, 3600)*float64(time.Second)))
 	}
 	return min(after, k.Rule().Lease.TTL/2)
 }

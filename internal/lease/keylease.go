@@ -51,6 +51,7 @@ type KeyLease struct {
 	sent       bool // a request has been sent for it
 	askedAgain bool // demand was seen since its last request left
 	short      bool // its last grant fell short of what it asked for
+	starved    bool // demand went unmet since its last request left
 }
 
 // keyRule is the rule of one key, resolved from the table's rule from.

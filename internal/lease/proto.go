@@ -1,6 +1,11 @@
 package lease
 
 import (
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
@@ -43,4 +48,32 @@ func ReleaseProto(node string, rets []Return) *allotv1.ReleaseRequest {
 		req.Returns[i] = &allotv1.Return{Rule: r.Rule, Key: r.Key, Tokens: r.Tokens, Epoch: r.Epoch, Held: &held}
 	}
 	return req
+}
+
+// Classify marks the call errors that retrying will not cure (a Rejection,
+// naming the request when the allocator's message does), so that they are
+// not taken for an outage; the others it returns as they are.
+func Classify(err error) error {
+	switch status.Code(err) {
+	case codes.NotFound, codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied,
+		codes.Unauthenticated, codes.Internal:
+		return &Rejection{Request: rejectedRequest(err), Err: err}
+	}
+	return err
+}
+
+// rejectedRequest reads which request of a batch a refusal is about: the
+// allocator names the field first ("requests[3].key: ..."). -1: none.
+func rejectedRequest(err error) int {
+	msg := status.Convert(err).Message()
+	for _, prefix := range []string{"requests[", "returns["} {
+		if rest, ok := strings.CutPrefix(msg, prefix); ok {
+			if end := strings.IndexByte(rest, ']'); end > 0 {
+				if i, err := strconv.Atoi(rest[:end]); err == nil && i >= 0 {
+					return i
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -21,6 +21,7 @@ func (c *Core) init(k *KeyLease, now mono) {
 // failed and may yet be answered, else a new one.
 func (k *KeyLease) request(e *env, now mono) *flight {
 	k.askedAgain = false
+	defer func() { k.starved = false }()
 	f := k.retry(now)
 	if f == nil {
 		r := k.Rule()

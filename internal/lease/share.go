@@ -26,6 +26,8 @@ const (
 	// renewJitter spreads renewals over [1, 1+renewJitter] refresh
 	// intervals, so that nodes do not renew in step.
 	renewJitter = 0.2
+	// shareGive is the least part of its share a busy key asks for again.
+	shareGive = 0.9
 	// busyAtFirst is the demand a new key must show before its first
 	// request leaves to ask for a share at once when the allocator is near.
 	busyAtFirst = 2
@@ -136,7 +138,18 @@ func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) float64 {
 	if fast > 2*rate && fast*(2*e.cfg.Sweep).Seconds() >= 4 {
 		rate = fast
 	}
-	return min(shareHeadroom*rate, r.Rate())
+	// A key's estimate swings by chance (a Poisson flow's EWMA by half at
+	// a few requests a second), and every change of a share costs its node
+	// up to the change over a round trip (setShare): eight nodes of a 20/s
+	// rule, changing at every renewal, paid a tenth of the rule for it. So
+	// a key that refused since its last request wants at least the share it
+	// has, and one that did not lets it go by a tenth a renewal at most; a
+	// quiet key gives it back whole (above).
+	want := max(shareHeadroom*rate, shareGive*k.shareRate())
+	if k.starved {
+		want = max(want, shareHeadroom*k.shareRate())
+	}
+	return min(want, r.Rate())
 }
 
 // tokensSuffice reports whether leases of tokens serve the key as well as

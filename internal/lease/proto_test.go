@@ -1,4 +1,4 @@
-package client
+package lease
 
 import (
 	"errors"
@@ -6,8 +6,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/allot-dev/allot/internal/lease"
 )
 
 // A refusal that names a request isolates that request; one that names
@@ -28,13 +26,12 @@ func TestRejectedRequest(t *testing.T) {
 			t.Errorf("rejectedRequest(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
-	c := &Client{refresh: make(chan struct{}, 1)}
-	err := c.classify(status.Error(codes.Internal, "store error: WRONGTYPE"))
-	var rej *lease.Rejection
-	if !errors.Is(err, lease.ErrRejected) || !errors.As(err, &rej) || rej.Request != -1 {
-		t.Fatalf("classify(Internal) = %v, want a rejection of the whole call", err)
+	err := Classify(status.Error(codes.Internal, "store error: WRONGTYPE"))
+	var rej *Rejection
+	if !errors.Is(err, ErrRejected) || !errors.As(err, &rej) || rej.Request != -1 {
+		t.Fatalf("Classify(Internal) = %v, want a rejection of the whole call", err)
 	}
-	if isUnreachable(err) {
-		t.Fatal("a refusal was taken for an outage")
+	if err := Classify(status.Error(codes.Unavailable, "down")); errors.Is(err, ErrRejected) {
+		t.Fatal("an outage was taken for a refusal")
 	}
 }

@@ -1,0 +1,388 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/fallback"
+	"github.com/allot-dev/allot/internal/lease"
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/sim/oracle"
+)
+
+// node is one simulated node: the real lease Core and its keys, decided as
+// the SDK decides them, on the node's own clocks.
+type node struct {
+	w       *World
+	i       int
+	id      string
+	gen     int // its incarnation: what was sent to an older one is lost
+	alive   bool
+	clk     nodeClock
+	core    *lease.Core
+	tables  map[string]*lease.Table
+	wakeAt  time.Duration // the earliest turn scheduled; -1: none
+	pending map[*lease.Call]time.Duration
+	waiters []*waiter
+	rtt     time.Duration // its measure of the round trip
+	shares  map[string]*fallback.Shares
+	debts   []lease.Request // strict rules' fallback admissions, to report
+	late    time.Duration   // a saturated CPU: its loop runs up to this late
+}
+
+// waiter is a request waiting for its key's first lease.
+type waiter struct {
+	rule, key string
+	cost      int64
+	deadline  time.Duration
+	done      bool
+}
+
+func newNode(w *World, i int) *node {
+	n := &node{w: w, i: i, wakeAt: -1}
+	n.clk = nodeClock{
+		origin: time.Duration(w.rng.Int64N(int64(time.Hour))),
+		drift:  (w.rng.Float64()*2 - 1) * w.sc.Drift,
+		skew:   time.Duration((w.rng.Float64()*2 - 1) * float64(w.sc.Skew)),
+	}
+	return n
+}
+
+func (n *node) mono() time.Duration { return n.clk.mono(n.w.now) }
+
+// boot starts the node (again, after a crash): a new Core, the rules'
+// tables, nothing of what it held before.
+func (n *node) boot() {
+	w := n.w
+	n.gen++
+	n.alive = true
+	n.id = fmt.Sprintf("node-%d", n.i)
+	if w.sc.NewIDs && n.gen > 1 {
+		n.id = fmt.Sprintf("node-%d.%d", n.i, n.gen)
+	}
+	n.pending = map[*lease.Call]time.Duration{}
+	n.waiters, n.debts = nil, nil
+	n.shares = map[string]*fallback.Shares{}
+	n.core = lease.NewCore(lease.Config{
+		Rand: rand.New(rand.NewPCG(w.rng.Uint64(), uint64(n.i))), Logger: quiet,
+		Nodes: n.fleetSize, TokensOnly: w.sc.TokensOnly,
+		RPCTimeout: n.callTimeout(),
+	}, n.mono())
+	n.tables = map[string]*lease.Table{}
+	for _, r := range w.rules.Rules() {
+		n.apply(r)
+	}
+	n.wakeAt = -1
+	n.turn()
+}
+
+// apply gives the node a rule (at boot, or a reload reaching it).
+func (n *node) apply(r *rules.Rule) {
+	if r.Leasable() {
+		n.tables[r.Name] = n.core.Table(r)
+	}
+}
+
+// callTimeout is the node's RPCTimeout, as the docs ask of a far
+// allocator: above its round trip.
+func (n *node) callTimeout() time.Duration {
+	l := n.w.sc.Link
+	return max(250*time.Millisecond, 4*(l.OneWay+l.Jitter)+250*time.Millisecond)
+}
+
+// fleetSize is the N the node divides by before any key's hint.
+func (n *node) fleetSize() int { return n.nodesFor(0) }
+
+func (n *node) nodesFor(holders int) int {
+	gossip := 0
+	if n.w.sc.Gossip && !n.w.net.cut(n.i, n.w.now) {
+		gossip = n.w.live()
+	}
+	configured := 0
+	if n.w.sc.Configured {
+		configured = n.w.sc.Nodes
+	}
+	return fallback.Nodes(gossip, holders, max(n.core.MostHolders(), n.core.Fleet()), configured)
+}
+
+// live is how many nodes run now.
+func (w *World) live() int {
+	c := 0
+	for _, n := range w.nodes {
+		if n.alive {
+			c++
+		}
+	}
+	return c
+}
+
+// turn runs the Core now (late, on a saturated node), sends what it asks
+// and schedules its next turn.
+func (n *node) turn() {
+	if !n.alive {
+		return
+	}
+	if n.late > 0 {
+		gen := n.gen
+		n.w.after(time.Duration(n.w.rng.Int64N(int64(n.late))), func() {
+			if n.gen == gen {
+				n.turnNow()
+			}
+		})
+		return
+	}
+	n.turnNow()
+}
+
+func (n *node) turnNow() {
+	if !n.alive {
+		return
+	}
+	n.core.Turn(n.mono())
+	calls, rels := n.core.TakeCalls()
+	for _, c := range calls {
+		n.send(c)
+	}
+	for _, rets := range rels {
+		n.release(rets)
+	}
+	if m, ok := n.core.NextWake(); ok {
+		at := n.clk.trueAt(m)
+		if at <= n.w.now { // due already, and not done: the Core would spin
+			at = n.w.now + time.Microsecond
+		}
+		if n.wakeAt < 0 || at < n.wakeAt || n.wakeAt < n.w.now {
+			n.wakeAt = at
+			gen := n.gen
+			n.w.at(at, func() {
+				if n.gen == gen && n.wakeAt == at {
+					n.wakeAt = -1
+					n.turn()
+				}
+			})
+		}
+	}
+}
+
+// send puts one Acquire on the network, with its timeout.
+func (n *node) send(c *lease.Call) {
+	w := n.w
+	w.stats.Calls++
+	gen, sent := n.gen, w.now
+	n.pending[c] = sent
+	for _, r := range c.Requests {
+		if r.Returned > 0 {
+			w.oracle.Returned(w.now, n.i, r.Rule, r.Key, r.Returned)
+		}
+	}
+	req := lease.AcquireProto(n.id, c.Requests)
+	w.net.send(n.i, func() {
+		resp, err := w.alloc.acquire(req)
+		w.net.send(n.i, func() { n.answer(gen, c, resp, err) })
+	})
+	w.after(c.Timeout, func() {
+		if n.gen == gen {
+			n.answer(gen, c, nil, context.DeadlineExceeded)
+		}
+	})
+}
+
+// answer brings one call's answer (or its failure) to the Core.
+func (n *node) answer(gen int, c *lease.Call, resp *allotv1.AcquireResponse, err error) {
+	w := n.w
+	sent, ok := n.pending[c]
+	if gen != n.gen || !ok {
+		return // a duplicate, a late answer after the timeout, or an older incarnation's
+	}
+	delete(n.pending, c)
+	took := w.now - sent
+	if err != nil {
+		w.tracef("node %d: call of %d failed: %v", n.i, len(c.Requests), err)
+		n.core.Answer(c, lease.Answer{}, lease.Classify(err), took, n.mono())
+	} else {
+		n.rtt = took
+		ans := lease.AnswerOf(resp)
+		for i, g := range ans.Grants {
+			r := c.Requests[i]
+			w.oracle.Granted(w.now, sent, n.i, r.Rule, r.Key, g.Granted, g.Rate, g.TTL)
+			w.tracef("node %d: %s/%s granted %d rate %.1f ttl %v (asked %d rate %.1f, consumed %d, returned %d)",
+				n.i, r.Rule, r.Key, g.Granted, g.Rate, g.TTL, r.Want, r.WantRate, r.Consumed, r.Returned)
+		}
+		n.core.Answer(c, ans, nil, took, n.mono())
+	}
+	n.wakeWaiters()
+	n.turn()
+}
+
+// release puts one Release on the network; nothing comes back.
+func (n *node) release(rets []lease.Return) {
+	w := n.w
+	w.stats.Releases++
+	for _, r := range rets {
+		if r.Tokens > 0 {
+			w.oracle.Returned(w.now, n.i, r.Rule, r.Key, r.Tokens)
+		}
+		w.oracle.Released(w.now, n.i, r.Rule, r.Key)
+	}
+	req := lease.ReleaseProto(n.id, rets)
+	w.net.send(n.i, func() { w.alloc.release(req) })
+}
+
+// request is a caller's request on the node.
+func (n *node) request(rule, key string, cost int64) {
+	w := n.w
+	if !n.alive {
+		return
+	}
+	w.oracle.Offered(w.now, n.i, rule, key, cost)
+	w.stats.Decisions++
+	r, _ := w.rules.Get(rule)
+	if !r.Leasable() {
+		n.strict(r, key, cost)
+		return
+	}
+	n.decide(&waiter{rule: rule, key: key, cost: cost}, false)
+}
+
+// decide decides a request as the SDK does (client.take): the key's lease,
+// else its fallback; a key with no lease yet waits for its first.
+func (n *node) decide(q *waiter, again bool) {
+	w := n.w
+	t := n.tables[q.rule]
+	for range 3 {
+		k := t.Key(q.key)
+		if k == nil {
+			return // (a full key table: not in these runs)
+		}
+		v := k.Decide(q.cost, n.mono(), n.clk.wall(w.now), n.nodesFor(k.Holders()), again)
+		switch {
+		case v.Gone:
+			continue
+		case v.Wait:
+			if !again {
+				w.stats.Waited++
+				// The SDK's wait: FirstLeaseWait, or the call's own timeout.
+				q.deadline = w.now + max(250*time.Millisecond, n.callTimeout(), 3*n.rtt)
+				n.waiters = append(n.waiters, q)
+				gen := n.gen
+				w.at(q.deadline, func() {
+					if n.gen == gen && !q.done {
+						q.done = true // refused: no lease came in time
+					}
+				})
+			}
+		case v.Allowed:
+			q.done = true
+			mode := oracle.Lease
+			if v.Fallback {
+				mode = oracle.Fallback
+				w.stats.Fallback++
+			}
+			n.admitted(q.rule, q.key, q.cost, mode, w.store.at(w.now))
+		default:
+			q.done = true
+		}
+		break
+	}
+	n.turn()
+}
+
+// wakeWaiters decides again the requests waiting for a first lease.
+func (n *node) wakeWaiters() {
+	ws := n.waiters
+	n.waiters = nil
+	for _, q := range ws {
+		if q.done {
+			continue
+		}
+		n.decide(q, true)
+		if !q.done {
+			n.waiters = append(n.waiters, q)
+		}
+	}
+}
+
+func (n *node) admitted(rule, key string, cost int64, mode oracle.Mode, storeAt time.Duration) {
+	w := n.w
+	w.stats.Admitted++
+	w.oracle.Admitted(w.now, storeAt, n.i, rule, key, cost, mode)
+}
+
+// strict decides a request of a strict rule as the SDK does: the
+// allocator's Check, or, when it cannot answer in time, the key's fallback
+// allowance, reported once the allocator answers again.
+func (n *node) strict(r *rules.Rule, key string, cost int64) {
+	w := n.w
+	gen := n.gen
+	decided := false
+	fallbackNow := func() {
+		if decided || n.gen != gen {
+			return
+		}
+		decided = true
+		if r.Failure == rules.FailClosed {
+			return
+		}
+		s := n.shares[r.Name]
+		if s == nil {
+			s = &fallback.Shares{}
+			n.shares[r.Name] = s
+		}
+		m := n.mono()
+		a := s.Get(r, key, m)
+		res, _ := a.Decide(r, n.fleetSize(), n.core.Windows(time.Duration(n.clk.wall(w.now).UnixNano())-m), m, cost)
+		a.TakeConsumed(m)
+		if res.Allowed {
+			n.debts = append(n.debts, lease.Request{Rule: r.Name, Key: key, Consumed: cost})
+			n.admitted(r.Name, key, cost, oracle.Fallback, w.store.at(w.now))
+		}
+	}
+	req := &allotv1.CheckRequest{Rule: r.Name, Key: key, Cost: cost}
+	w.net.send(n.i, func() {
+		resp, err := w.alloc.check(req)
+		storeAt := w.store.at(w.now)
+		w.net.send(n.i, func() {
+			if decided || n.gen != gen {
+				return
+			}
+			if err != nil {
+				fallbackNow()
+				return
+			}
+			decided = true
+			if resp.GetAllowed() {
+				n.admitted(r.Name, key, cost, oracle.Strict, storeAt)
+			}
+			n.reportDebts()
+		})
+	})
+	w.after(100*time.Millisecond, fallbackNow) // the SDK's CheckTimeout
+}
+
+// reportDebts sends what strict rules admitted on fallback.
+func (n *node) reportDebts() {
+	if len(n.debts) == 0 {
+		return
+	}
+	w := n.w
+	reqs := n.debts
+	n.debts = nil
+	gen := n.gen
+	req := lease.AcquireProto(n.id, reqs)
+	w.net.send(n.i, func() {
+		if _, err := w.alloc.acquire(req); err != nil && n.gen == gen {
+			n.debts = append(n.debts, reqs...) // reported again later
+		}
+	})
+}
+
+// crash stops the node without a word: what it held is lost.
+func (n *node) crash() {
+	n.alive = false
+	n.gen++
+	n.pending = nil
+	n.waiters = nil
+}

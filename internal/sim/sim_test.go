@@ -1,0 +1,91 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	seeds    = flag.Int("seeds", 1000, "how many seeds TestSeeds runs")
+	fromSeed = flag.Uint64("from", 1, "the first seed TestSeeds runs")
+	oneSeed  = flag.Uint64("seed", 0, "run only this seed, and print its account")
+)
+
+// regressions are seeds that once failed; they run every time.
+var regressions = []uint64{}
+
+// TestSeeds runs the simulator over many seeds; every bound must hold in
+// every run, and every calm run must reach its accuracy.
+func TestSeeds(t *testing.T) {
+	list := append([]uint64(nil), regressions...)
+	if *oneSeed != 0 {
+		list = []uint64{*oneSeed}
+	} else {
+		for s := *fromSeed; s < *fromSeed+uint64(*seeds); s++ {
+			list = append(list, s)
+		}
+	}
+	results := runAll(list)
+	failed := 0
+	coverage := map[string]int{}
+	for i, r := range results {
+		for _, k := range NewScenario(list[i]).Kinds() {
+			coverage[k]++
+		}
+		if *oneSeed != 0 {
+			t.Log(r.String())
+		}
+		if r.Failed() {
+			failed++
+			if failed <= 5 {
+				t.Errorf("%s", r)
+			}
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d seeds failed; replay one with -seed N", failed, len(results))
+	}
+	var kinds []string
+	for k, n := range coverage {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+	}
+	slices.Sort(kinds)
+	t.Logf("%d seeds; exercised: %s", len(results), strings.Join(kinds, " "))
+}
+
+// runAll runs the seeds on every core.
+func runAll(list []uint64) []Result {
+	out := make([]Result, len(list))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = Run(list[i])
+			}
+		}()
+	}
+	for i := range list {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// A seed replays exactly.
+func TestSeedsReplay(t *testing.T) {
+	for _, seed := range []uint64{3, 17, 42} {
+		a, b := Run(seed), Run(seed)
+		if a.String() != b.String() || a.Report.Admitted != b.Report.Admitted || a.Stats != b.Stats {
+			t.Fatalf("seed %d ran twice differently:\n%s\n%s", seed, a, b)
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/sim/oracle"
+)
+
+// World is one simulated run.
+type World struct {
+	sc     *Scenario
+	rng    *rand.Rand
+	now    time.Duration // true time since the run began
+	events eventQueue
+	seq    uint64
+
+	store  *storeClock
+	alloc  *allocator
+	net    *network
+	nodes  []*node
+	rules  *rules.Set
+	oracle *oracle.Oracle
+	trace  *trace
+	stats  Stats
+}
+
+// Stats counts what a run exercised.
+type Stats struct {
+	Decisions, Admitted, Fallback, Waited, Calls, Lost, Duplicated, Releases int
+}
+
+type event struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = event{}
+	*q = old[:len(old)-1]
+	return e
+}
+
+// at schedules fn at true time t (not before now).
+func (w *World) at(t time.Duration, fn func()) {
+	w.seq++
+	heap.Push(&w.events, event{at: max(t, w.now), seq: w.seq, fn: fn})
+}
+
+// after schedules fn d from now.
+func (w *World) after(d time.Duration, fn func()) { w.at(w.now+d, fn) }
+
+// Result is what a run found.
+type Result struct {
+	Seed       uint64
+	Scenario   string
+	Report     oracle.Report
+	Violations []oracle.Violation
+	Stats      Stats
+	Trace      string // the last events of the run, when it failed
+}
+
+// Failed reports whether the run broke a bound (or, calm, missed the
+// accuracy it must reach).
+func (r Result) Failed() bool { return len(r.Violations) > 0 || r.accuracyMissed() }
+
+func (r Result) accuracyMissed() bool {
+	return r.Report.Calm && r.Report.Ideal >= minIdeal && r.Report.Ratio < r.accuracyTarget()
+}
+
+// minIdeal is the least ideal a calm run is judged on: a run that could
+// admit only a few tokens says nothing about accuracy.
+const minIdeal = 200
+
+func (r Result) accuracyTarget() float64 {
+	if strings.Contains(r.Scenario, "far ") || strings.HasSuffix(r.Scenario, "far") {
+		return 0.90
+	}
+	return 0.97
+}
+
+// String is a short account of the result.
+func (r Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %s\n", r.Seed, r.Scenario)
+	fmt.Fprintf(&b, "  admitted %d of ideal %d (%.3f, calm=%v), offered %d; %+v\n",
+		r.Report.Admitted, r.Report.Ideal, r.Report.Ratio, r.Report.Calm, r.Report.Offered, r.Stats)
+	for i, v := range r.Violations {
+		if i == 5 {
+			fmt.Fprintf(&b, "  ... %d more violations\n", len(r.Violations)-5)
+			break
+		}
+		fmt.Fprintf(&b, "  VIOLATION %s\n", v)
+	}
+	if r.accuracyMissed() {
+		fmt.Fprintf(&b, "  ACCURACY %.3f below %.2f\n", r.Report.Ratio, r.accuracyTarget())
+	}
+	if r.Trace != "" {
+		b.WriteString(r.Trace)
+	}
+	return b.String()
+}
+
+// Run plays the scenario of seed to its end.
+func Run(seed uint64) Result { return RunScenario(seed, NewScenario(seed)) }
+
+// RunScenario plays sc with the randomness of seed.
+func RunScenario(seed uint64, sc *Scenario) Result {
+	w := newWorld(seed, sc)
+	defer w.close()
+	w.start()
+	for w.events.Len() > 0 {
+		e := heap.Pop(&w.events).(event)
+		if e.at > sc.Length {
+			break
+		}
+		w.now = e.at
+		e.fn()
+	}
+	rep := w.oracle.Finish(sc.Length)
+	res := Result{Seed: seed, Scenario: sc.String(), Report: rep, Violations: rep.Violations, Stats: w.stats}
+	if res.Failed() {
+		res.Trace = w.trace.String()
+	}
+	return res
+}
+
+func newWorld(seed uint64, sc *Scenario) *World {
+	w := &World{sc: sc, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	w.trace = newTrace(200)
+	w.oracle = oracle.New(oracle.Config{Nodes: sc.Nodes})
+	w.store = &storeClock{w: w}
+	w.net = newNetwork(w)
+	w.rules = sc.Rules
+	w.alloc = newAllocator(w)
+	for i := range sc.Nodes {
+		w.nodes = append(w.nodes, newNode(w, i))
+	}
+	return w
+}
+
+func (w *World) close() { w.alloc.close() }
+
+func (w *World) start() {
+	for _, r := range w.rules.Rules() {
+		w.oracle.SetRule(0, oracleRule(r))
+	}
+	for _, n := range w.nodes {
+		n.boot()
+	}
+	w.sc.Load.start(w)
+	w.sc.Faults.start(w)
+}
+
+// tracef notes one event for the failure trace.
+func (w *World) tracef(format string, args ...any) {
+	w.trace.add(fmt.Sprintf("%9.3fs ", w.now.Seconds()) + fmt.Sprintf(format, args...))
+}
+
+// oracleRule is a rule as the oracle reads it: its fields, nothing of the
+// code's.
+func oracleRule(r *rules.Rule) oracle.Rule {
+	alg := map[rules.Algorithm]oracle.Algorithm{rules.TokenBucket: oracle.TokenBucket, rules.FixedWindow: oracle.FixedWindow,
+		rules.SlidingWindow: oracle.SlidingWindow, rules.SlidingLog: oracle.SlidingLog}[r.Algorithm]
+	return oracle.Rule{Name: r.Name, Algorithm: alg, Limit: r.Limit, Period: r.Period, TTL: r.Lease.TTL, Burst: r.Burst,
+		FailClosed: r.Failure == rules.FailClosed, Strict: r.Strict || r.Algorithm == rules.SlidingLog, Absence: r.Lease.Absence()}
+}
+
+func popEvent(w *World) event { return heap.Pop(&w.events).(event) }
