@@ -3,7 +3,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -timeout 9m
 
-.PHONY: test chaos bench lint generate tools
+.PHONY: test sim chaos bench lint generate tools
 
 # The fleet and chaos tests measure what a fleet of nodes admits under load;
 # they run on their own, after the others, one package at a time and without
@@ -11,11 +11,25 @@ TESTFLAGS ?= -race -timeout 9m
 # measure. `make test` runs the chaos suite's short version (about 40 s).
 FLEET_PKGS ?= ./internal/fleet/... ./internal/chaos/...
 FLEETFLAGS ?= -timeout 9m -p 1
+# The simulator runs one goroutine per seed and shares nothing between
+# seeds: the race detector would find nothing in it and cost it tenfold, so
+# it runs beside the fleet tests, without it. `make test` runs SIM_SEEDS of
+# them; `make sim` as many as SEEDS says.
+SIM_PKG   ?= ./internal/sim
+SIM_SEEDS ?= 1000
+SEEDS     ?= 100000
+FROM      ?= 1
 
 ## test: every test against a throwaway redis-server: the race detector on,
-## then the fleet and chaos tests.
+## then the simulator's seeds, the fleet and the chaos tests.
 test:
-	./scripts/with-redis.sh sh -c '$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v -e /internal/fleet -e /internal/chaos) && $(GO) test $(FLEETFLAGS) $(FLEET_PKGS)'
+	./scripts/with-redis.sh sh -c '$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v -e /internal/fleet -e /internal/chaos -e "/internal/sim$$") && $(GO) test -timeout 5m $(SIM_PKG) -args -seeds $(SIM_SEEDS) && $(GO) test $(FLEETFLAGS) $(FLEET_PKGS)'
+
+## sim: the fleet simulator over SEEDS seeds from FROM (make sim SEEDS=100000):
+## every bound checked at every step; a failing seed prints its account, and
+## `go test ./internal/sim -run TestSeeds -args -seed N` replays it.
+sim:
+	$(GO) test -timeout 0 -run '^TestSeeds$$' -v $(SIM_PKG) -args -seeds $(SEEDS) -from $(FROM)
 
 ## chaos: the chaos suite in full (about three minutes): each fault under
 ## load, one line per scenario; its table goes to $(CHAOS_TABLE) and, when

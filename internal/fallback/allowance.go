@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"github.com/allot-dev/allot/internal/mutate"
 	"math"
 	"sync"
 	"time"
@@ -86,7 +87,7 @@ func (a *Allowance) Decide(r *rules.Rule, nodes int, w Windows, now time.Duratio
 		return Result{}, false
 	}
 	nodes = max(nodes, 1)
-	if r.Algorithm == rules.TokenBucket {
+	if r.Algorithm == rules.TokenBucket || mutate.On(mutate.WindowAsBucket) {
 		res = a.bucket(r, nodes, now, n)
 	} else {
 		res = a.window(r, nodes, w, now, n)

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/allot-dev/allot/internal/mutate"
 	"math"
 	"time"
 
@@ -49,6 +50,12 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 		if a == nil {
 			served := mono(k.served.Load())
 			down := c.Down()
+			if mutate.On(mutate.FallbackWhileServed) && served != 0 && !monoAt(now).Before(served) {
+				down = true // (the old fault: unserved at its lease's end, it falls back)
+			}
+			if mutate.On(mutate.FallbackInFlight) && served == 0 {
+				down = true // (the old fault: a new key falls back while its first lease is on its way)
+			}
 			switch {
 			case !down && served == 0: // its first lease is on its way
 				if !again {
@@ -96,7 +103,7 @@ func (k *KeyLease) newAllowance(served mono) *fallback.Allowance {
 	a := fallback.NewAllowance()
 	if served != 0 {
 		epoch := int64(math.MinInt64)
-		if k.Rule().Algorithm != rules.TokenBucket {
+		if k.Rule().Algorithm != rules.TokenBucket && !mutate.On(mutate.FallbackWhileServed) {
 			epoch = k.epoch.Load()
 		}
 		a = fallback.AfterLease(served.sinceOrigin(), epoch)

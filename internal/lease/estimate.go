@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/allot-dev/allot/internal/mutate"
 	"math"
 	"time"
 
@@ -56,6 +57,9 @@ func (k *KeyLease) sample(e *env, now mono) int64 {
 	size = max(size, float64(s.size)/2)
 	if asked > 0 && k.sent {
 		size = max(size, float64(2*s.size), float64(s.size+asked))
+	}
+	if mutate.On(mutate.SizeByHistory) {
+		size = rate * r.Lease.Refresh.Seconds()
 	}
 	k.resize(r, size)
 	return took

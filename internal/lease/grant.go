@@ -3,6 +3,8 @@ package lease
 import (
 	"math"
 
+	"github.com/allot-dev/allot/internal/mutate"
+
 	"github.com/allot-dev/allot/internal/rules"
 )
 
@@ -20,6 +22,7 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 	k.central.Store(max(g.Remaining, 0))
 	c.sawHolders(g.Holders, now)
 	k.short = g.Granted < f.want
+	k.starved = false // (refusals before this grant say nothing of its share)
 	// The tokens die when the lease may end at the store at the earliest,
 	// the request's send time plus the TTL, on this node's monotonic clock,
 	// and a sweep before that, as they are taken out at a visit. A lease
@@ -33,6 +36,9 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 		c.nextSweep = expiry
 	}
 	k.served.Store(int64(now.Add(g.TTL)))
+	if mutate.On(mutate.FallbackWhileServed) {
+		k.served.Store(int64(f.sent.Add(g.TTL))) // (the old fault: served until the earliest end)
+	}
 	if r.Algorithm != rules.TokenBucket {
 		k.epoch.Store(g.Epoch)
 		c.learnWindows(r, f, g, now)
@@ -48,6 +54,7 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 		inFlight -= pay
 		k.spans.put(g.Granted-pay, expiry)
 		k.add(g.Granted - pay)
+		DebugCounts.Deposited += float64(g.Granted - pay)
 	}
 	k.owe(inFlight, since)
 	k.settleOwed()

@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"time"
+
+	"github.com/allot-dev/allot/internal/mutate"
+)
 
 // A key's next request: what it asks for, the report it carries, and its
 // sequence number.
@@ -21,18 +25,27 @@ func (c *Core) init(k *KeyLease, now mono) {
 // failed and may yet be answered, else a new one.
 func (k *KeyLease) request(e *env, now mono) *flight {
 	k.askedAgain = false
-	defer func() { k.starved = false }()
 	f := k.retry(now)
 	if f == nil {
 		r := k.Rule()
 		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
 			returned: k.takeOverflow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e)}
-		if !k.sent {
-			// The first request asks for what is already waiting on it.
-			f.want = min(max(f.want, k.demand.Load()), r.Lease.Max)
+		if !k.sent && !mutate.On(mutate.SizeByHistory) {
+			// The first request asks for what is already waiting on it, and
+			// for the node's part of the burst, which the allocator holds for
+			// a fresh key: a thousand callers at once on a key new to a node
+			// all wait on this one request, and a hot new key would otherwise
+			// spend its first second doubling a lease sized for a slow one.
+			f.want = min(max(f.want, k.demand.Load(), r.Capacity()/int64(max(e.cfg.Nodes(), 1))), r.Lease.Max)
 		}
 		f.consumed, f.age = k.takeConsumed(now)
 		f.held = max(k.tokens.Load(), 0) + f.returned
+		if mutate.On(mutate.ReturnGrant) && k.sent {
+			f.returned = k.est.size // (a node giving back what it spent; it says what it holds)
+		}
+	}
+	if k.share != nil {
+		k.share.pooled = 0 // (what the share puts in from now on, setShare weighs)
 	}
 	if k.phase == phaseSharing && f.wantRate == 0 && k.shareRate() > 0 {
 		k.phase = phaseGivingBack

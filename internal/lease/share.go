@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"github.com/allot-dev/allot/internal/mutate"
 	"math"
 
 	"github.com/allot-dev/allot/internal/rules"
@@ -77,14 +78,22 @@ func (c *Core) accrue(k *KeyLease, now mono) {
 	} else {
 		in = 0
 	}
+	DebugCounts.Accrued += float64(in)
+	DebugCounts.Overflow += float64(n - in)
+	s.pooled += in
 	s.overflow += n - in
 }
 
 // setShare starts the share a grant brought. While the request was on its
 // way the key went on earning the old share, but the allocator counted the
 // new one from the moment it answered: if the new share is smaller, the
-// difference over the round trip is owed, and taken back from the key's
-// tokens or from what the share earns next.
+// difference over the round trip was earned twice. What of it the key put
+// in its tokens it may have admitted: that is owed, and taken back from
+// its tokens or from what the share earns next. What of it overflowed was
+// admitted by nobody, and is dropped rather than given back (given back,
+// the allocator would lend it again). Charged in full, as a debt, the
+// difference had a 1000/s share cut to 125/s after a 1 s round trip owe
+// 875 tokens that had mostly overflowed: seven seconds of its node's share.
 func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 	s := k.share
 	if s == nil {
@@ -96,7 +105,15 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 	}
 	if s.rate > g.Rate {
 		if overlap := min(now, s.end).Sub(f.sent); overlap > 0 {
-			s.accrued -= (s.rate - g.Rate) * overlap.Seconds()
+			twice := (s.rate - g.Rate) * overlap.Seconds()
+			owed := min(twice, float64(s.pooled))
+			dropped := min(int64(math.Ceil(twice-owed)), s.overflow)
+			if mutate.On(mutate.OweWholeOverlap) {
+				owed, dropped = twice, 0
+			}
+			DebugCounts.OwedShare += owed
+			s.accrued -= owed
+			s.overflow -= dropped
 		}
 	}
 	s.rate, s.from, s.end = g.Rate, now, f.sent.Add(g.TTL)
@@ -108,7 +125,9 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 // settleOwed pays what the key owes its share out of the tokens it holds.
 func (k *KeyLease) settleOwed() {
 	if s := k.share; s != nil && s.accrued < 0 {
-		s.accrued += float64(k.remove(int64(math.Ceil(-s.accrued))))
+		got := k.remove(int64(math.Ceil(-s.accrued)))
+		DebugCounts.Settled += float64(got)
+		s.accrued += float64(got)
 	}
 }
 

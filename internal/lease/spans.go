@@ -1,5 +1,7 @@
 package lease
 
+import "github.com/allot-dev/allot/internal/mutate"
+
 // spans are a key's leased tokens by the instant they die, oldest first,
 // so that no token outlives its lease (docs/bounds.md, rule 2) and none
 // dies before it: a new lease's tokens die at its own end, what older
@@ -35,6 +37,9 @@ func (s *spans) settle(taken int64) {
 // put adds n tokens (n may be 0: a lease of a share alone) that die at end.
 func (s *spans) put(n int64, end mono) {
 	n = max(n, 0)
+	if mutate.On(mutate.CarryEarliest) && s.k > 0 && s.n[0] > 0 {
+		end = s.at[0] // (the old fault: what is left takes the oldest lease's end)
+	}
 	if s.k > 0 && !end.After(s.at[s.k-1]) { // no later than the newest: join it
 		s.n[s.k-1] += n
 		s.at[s.k-1] = min(s.at[s.k-1], end)

@@ -29,13 +29,15 @@ type flight struct {
 // rateShare is the share of the rule's rate a key earns (share.go): tokens
 // per second from `from` until end; accrued holds the fraction of a token
 // not yet in the lease (negative: owed), capTokens the most the share may
-// pile up, overflow what it earned beyond that, to be given back.
+// pile up, overflow what it earned beyond that, to be given back, and
+// pooled what it put in the key's tokens since the key's request left.
 type rateShare struct {
 	rate      float64
 	from, end mono
 	accrued   float64
 	capTokens int64
 	overflow  int64
+	pooled    int64
 }
 
 // queueState is where a key stands in the Core's queues: its live entries

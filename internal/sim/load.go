@@ -26,7 +26,8 @@ type stream struct {
 	from, to      time.Duration
 	period, phase time.Duration
 	duty          float64
-	burst         int // a burst of this many requests at once, each arrival
+	burst         int  // a burst of this many requests at once, each arrival
+	once          bool // one arrival, at from
 }
 
 func (l *Load) start(w *World) {
@@ -36,6 +37,14 @@ func (l *Load) start(w *World) {
 }
 
 func (s *stream) next(w *World, from time.Duration) {
+	if s.once {
+		w.at(from, func() {
+			for range max(s.burst, 1) {
+				w.nodes[s.node].request(s.rule, s.key, s.cost)
+			}
+		})
+		return
+	}
 	gap := time.Duration(w.rng.ExpFloat64() / s.rate * float64(time.Second))
 	at := from + gap
 	if at >= s.to {

@@ -31,6 +31,14 @@ type node struct {
 	shares  map[string]*fallback.Shares
 	debts   []lease.Request // strict rules' fallback admissions, to report
 	late    time.Duration   // a saturated CPU: its loop runs up to this late
+	// returned are the requests whose returns the oracle has been told of.
+	returned map[flightID]bool
+}
+
+// flightID names one request of a key, however often it is sent.
+type flightID struct {
+	rule, key string
+	seq       uint64
 }
 
 // waiter is a request waiting for its key's first lease.
@@ -64,6 +72,7 @@ func (n *node) boot() {
 		n.id = fmt.Sprintf("node-%d.%d", n.i, n.gen)
 	}
 	n.pending = map[*lease.Call]time.Duration{}
+	n.returned = map[flightID]bool{}
 	n.waiters, n.debts = nil, nil
 	n.shares = map[string]*fallback.Shares{}
 	n.core = lease.NewCore(lease.Config{
@@ -174,7 +183,10 @@ func (n *node) send(c *lease.Call) {
 	gen, sent := n.gen, w.now
 	n.pending[c] = sent
 	for _, r := range c.Requests {
-		if r.Returned > 0 {
+		// A request sent again (its answer lost) carries its return again,
+		// and the store applies it once, by its sequence number.
+		if id := (flightID{r.Rule, r.Key, r.Seq}); r.Returned > 0 && !n.returned[id] {
+			n.returned[id] = true
 			w.oracle.Returned(w.now, n.i, r.Rule, r.Key, r.Returned)
 		}
 	}
@@ -271,6 +283,9 @@ func (n *node) decide(q *waiter, again bool) {
 				w.at(q.deadline, func() {
 					if n.gen == gen && !q.done {
 						q.done = true // refused: no lease came in time
+						if DebugRefused != nil {
+							DebugRefused["wait timeout"]++
+						}
 					}
 				})
 			}
@@ -284,6 +299,9 @@ func (n *node) decide(q *waiter, again bool) {
 			n.admitted(q.rule, q.key, q.cost, mode, w.store.at(w.now))
 		default:
 			q.done = true
+			if DebugRefused != nil {
+				DebugRefused[fmt.Sprintf("fallback=%v retry=%v", v.Fallback, v.RetryAfter.Round(10*time.Millisecond))]++
+			}
 		}
 		break
 	}
@@ -308,6 +326,9 @@ func (n *node) wakeWaiters() {
 func (n *node) admitted(rule, key string, cost int64, mode oracle.Mode, storeAt time.Duration) {
 	w := n.w
 	w.stats.Admitted++
+	if DebugBins != nil {
+		DebugBins[int(w.now/(500*time.Millisecond))] += int(cost)
+	}
 	w.oracle.Admitted(w.now, storeAt, n.i, rule, key, cost, mode)
 }
 
@@ -386,3 +407,9 @@ func (n *node) crash() {
 	n.pending = nil
 	n.waiters = nil
 }
+
+// DebugBins (temporary) counts admissions per half second.
+var DebugBins map[int]int
+
+// DebugRefused (temporary) counts refusals by kind.
+var DebugRefused map[string]int

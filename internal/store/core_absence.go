@@ -1,6 +1,9 @@
 package store
 
-import "github.com/allot-dev/allot/internal/rules"
+import (
+	"github.com/allot-dev/allot/internal/mutate"
+	"github.com/allot-dev/allot/internal/rules"
+)
 
 // Absent holders, part of the reference semantics (see core.go;
 // docs/bounds.md, rule 4). A holder whose lease ends without a Release
@@ -34,6 +37,9 @@ func (h holder) reservedRate(r *rules.Rule) float64 { return ratePerSecond(r) / 
 // from a bucket's refill over (from, now]: each one's r/n from when its
 // lease ended to when its absence ends, as refill withholds a lent share.
 func (st *state) reserved(r *rules.Rule, from, now int64, withheld []float64) []float64 {
+	if mutate.On(mutate.ForgiveLate) {
+		return withheld
+	}
 	a := absenceUS(r)
 	for _, h := range st.holders {
 		if start, end := max(h.until, from), min(now, h.until+a); end > start {
@@ -46,6 +52,9 @@ func (st *state) reserved(r *rules.Rule, from, now int64, withheld []float64) []
 // reservedRates is the sum of the reservations active at now, tokens per
 // second.
 func (st *state) reservedRates(r *rules.Rule, now int64) float64 {
+	if mutate.On(mutate.ForgiveLate) {
+		return 0
+	}
 	a := absenceUS(r)
 	var rates []float64
 	for _, h := range st.holders {
@@ -62,7 +71,7 @@ func (st *state) reservedRates(r *rules.Rule, now int64) float64 {
 // was not absent.
 func (st *state) cover(r *rules.Rule, node string, now int64) float64 {
 	h, ok := st.holders[node]
-	if !ok || !h.absentAt(now, absenceUS(r)) {
+	if !ok || !h.absentAt(now, absenceUS(r)) || mutate.On(mutate.ForgiveLate) {
 		return 0
 	}
 	return h.reservedRate(r) * float64(now-h.until) / 1e6
@@ -74,6 +83,9 @@ func (st *state) cover(r *rules.Rule, node string, now int64) float64 {
 // lease) and whose absence lasts past now. A fixed window's lease ends with
 // its window, if not before: its holder may fall back from the next one.
 func (st *state) windowReserve(r *rules.Rule, now, start int64) float64 {
+	if mutate.On(mutate.ForgiveLate) {
+		return 0
+	}
 	a := absenceUS(r)
 	var xs []float64
 	for _, h := range st.holders {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"github.com/allot-dev/allot/internal/mutate"
 	"math"
 
 	"github.com/allot-dev/allot/internal/rules"
@@ -129,7 +130,12 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	// A holder back from an absence had its fallback reserved: what it
 	// admitted there up to the reservation the bucket never earned.
 	cover := st.cover(r, req.Node, now)
-	st.debitBucket(math.Max(float64(st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge))-cover, 0))
+	debit := math.Max(float64(st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge))-cover, 0)
+	if mutate.On(mutate.ForgiveLate) { // what refilling since would have repaid is forgiven
+		floor := math.Min(st.tokens, -math.Max(capacity-float64(req.ConsumedAge.Microseconds())*ratePerUS(r), 0))
+		debit = math.Min(debit, math.Max(st.tokens-floor, 0))
+	}
+	st.debitBucket(debit)
 	others, holders := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, 0)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)

@@ -1,0 +1,161 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/mutate"
+	"github.com/allot-dev/allot/internal/sim/oracle"
+)
+
+// The simulator's teeth: each of the faults the lease and the store once
+// had, put back on purpose (internal/mutate), must be found in a run that
+// passes without it: a bound broken, or an accuracy lost. The runs are the
+// faults' own shapes, as the issue that found them measured them.
+
+const (
+	bucket1000 = "  - {name: r, algorithm: token_bucket, limit: 1000, period: 1s, burst: 100, lease: {ttl: 2s}}\n"
+	bucket20   = "  - {name: r, algorithm: token_bucket, limit: 20, period: 1s, burst: 5, lease: {ttl: 2s}}\n"
+	hourly100  = "  - {name: r, algorithm: token_bucket, limit: 100, period: 1h, burst: 100}\n"
+	api200     = "  - {name: r, algorithm: token_bucket, limit: 1000, period: 1m, burst: 200}\n"
+	window1000 = "  - {name: r, algorithm: fixed_window, limit: 1000, period: 1s, lease: {ttl: 2s}}\n"
+)
+
+// mutant is one fault and the run that must find it.
+type mutant struct {
+	name string
+	m    mutate.Mutation
+	run  func(t *testing.T) Result
+	// found says whether the mutated run shows the fault, given the run
+	// without it.
+	found func(clean, mutated Result) (bool, string)
+}
+
+// broke finds a run that broke inv (any invariant when inv is "").
+func broke(inv string) func(clean, mutated Result) (bool, string) {
+	return func(clean, mutated Result) (bool, string) {
+		n := 0
+		for _, v := range mutated.Violations {
+			if inv == "" || string(v.Invariant) == inv {
+				n++
+			}
+		}
+		first := ""
+		if len(mutated.Violations) > 0 {
+			first = mutated.Violations[0].String()
+		}
+		return n > 0, fmt.Sprintf("%d %q violations (without it: %d violations, ratio %.3f); first: %s",
+			n, inv, len(clean.Violations), clean.Report.Ratio, first)
+	}
+}
+
+// lost finds a run whose accuracy fell by at least drop.
+func lost(drop float64) func(clean, mutated Result) (bool, string) {
+	return func(clean, mutated Result) (bool, string) {
+		return clean.Report.Ratio-mutated.Report.Ratio >= drop,
+			fmt.Sprintf("admitted/ideal %.3f with it, %.3f without", mutated.Report.Ratio, clean.Report.Ratio)
+	}
+}
+
+var mutants = []mutant{
+	{"1: a fixed window served a delay short of the store's window, its fallback a bucket", mutate.FallbackWhileServed | mutate.WindowAsBucket,
+		func(t *testing.T) Result {
+			sc := fleetScenario(t, window1000, 100*time.Millisecond, 2, 12*time.Second)
+			quietWindows(sc)
+			return RunScenario(1, sc)
+		}, broke("window")},
+	{"2: a node gives back what it spent, and the store credits what it lent", mutate.ReturnGrant | mutate.CreditLent,
+		func(t *testing.T) Result {
+			return RunScenario(1, fleetScenario(t, bucket1000, 10*time.Millisecond, 2, 6*time.Second))
+		}, broke("bucket")},
+	{"2: (the node alone, the store's account holding)", mutate.ReturnGrant,
+		func(t *testing.T) Result {
+			return RunScenario(1, fleetScenario(t, bucket1000, 10*time.Millisecond, 2, 6*time.Second))
+		}, broke("returns")},
+	{"3: a long cut forgiven, nothing reserved", mutate.ForgiveLate,
+		func(t *testing.T) Result {
+			sc := fleetScenario(t, bucket1000, 10*time.Millisecond, 2, 30*time.Second)
+			sc.Faults.add(sc, 4*time.Second, "cut", "(node 0, 20s)", func(w *World) { w.cut([]int{0}, 20*time.Second) })
+			return RunScenario(1, sc)
+		}, broke("bucket")},
+	{"4: a cold fleet falls back while its first leases are on their way", mutate.FallbackInFlight,
+		func(t *testing.T) Result {
+			return RunScenario(1, fleetScenario(t, bucket1000, 200*time.Millisecond, 2, 6*time.Second))
+		}, broke("")},
+	{"4b: 1,000 at once on a fresh key of 100 an hour, from 8 cold nodes", mutate.FallbackInFlight,
+		func(t *testing.T) Result { return RunScenario(1, stampede(t)) }, broke("")},
+	{"5: a fixed window's fallback is a token bucket", mutate.WindowAsBucket,
+		func(t *testing.T) Result {
+			sc := fleetScenario(t, window1000, 10*time.Millisecond, 2, 12*time.Second)
+			sc.Faults.add(sc, 2500*time.Millisecond, "store-cut", "(6s)", func(w *World) {
+				w.alloc.storm = append(w.alloc.storm, span{w.now, w.now + 6*time.Second})
+				w.oracle.Fault(w.now, w.now+6*time.Second, "allocator cut off from its store")
+			})
+			return RunScenario(1, sc)
+		}, broke("")},
+	{"6: a new lease's tokens die at an older lease's end", mutate.CarryEarliest,
+		func(t *testing.T) Result {
+			return RunScenario(1, fleetScenario(t, bucket20, 200*time.Millisecond, 2, 20*time.Second))
+		}, lost(0.02)},
+	{"7: a fresh key's leases sized by its short history", mutate.SizeByHistory,
+		func(t *testing.T) Result { return RunScenario(1, oneFreshKey(t)) }, lost(0.05)},
+	{"a shrinking share owes its whole flight", mutate.OweWholeOverlap,
+		func(t *testing.T) Result {
+			sc := fleetScenario(t, strings.Replace(bucket1000, "2s", "4s", 1), time.Second, 2, 15*time.Second)
+			return RunScenario(1, sc)
+		}, lost(0.03)},
+}
+
+// quietWindows makes the load come in bursts, each window after a quiet
+// one.
+func quietWindows(sc *Scenario) {
+	for _, s := range sc.Load.streams {
+		s.period, s.duty, s.rate = 2*time.Second, 0.5, 2*s.rate
+	}
+}
+
+// stampede is the classic concurrency test: 1,000 requests at once on a
+// fresh key of 100 an hour, from 8 nodes that know nothing of the fleet.
+func stampede(t *testing.T) *Scenario {
+	sc := fleetScenario(t, hourly100, 2*time.Millisecond, 0, 3*time.Second)
+	sc.Load.streams = nil
+	for i := range sc.Nodes {
+		s := sc.Load.add(sc, sc.Rules.Rules()[0], i, "fresh", 1, 100*time.Millisecond, 3*time.Second)
+		s.burst, s.cost, s.once = 125, 1, true
+	}
+	return sc
+}
+
+// oneFreshKey is one node and a fresh key of burst 200, asked 1 ms apart
+// for 200 ms.
+func oneFreshKey(t *testing.T) *Scenario {
+	sc := fleetScenario(t, api200, time.Millisecond, 1, 200*time.Millisecond)
+	sc.Nodes = 1
+	sc.Load.streams = nil
+	s := sc.Load.add(sc, sc.Rules.Rules()[0], 0, "fresh", 1000, 0, 200*time.Millisecond)
+	s.period = 0
+	return sc
+}
+
+func TestMutations(t *testing.T) {
+	for _, mu := range mutants {
+		t.Run(mu.name, func(t *testing.T) {
+			clean := mu.run(t)
+			if clean.Failed() && len(clean.Violations) > 0 {
+				t.Fatalf("fails without the mutation:\n%s", clean)
+			}
+			undo := mutate.Set(mu.m)
+			mutated := mu.run(t)
+			undo()
+			ok, how := mu.found(clean, mutated)
+			t.Logf("%s", how)
+			if !ok {
+				t.Errorf("the simulator did not find it: %s", how)
+			}
+		})
+	}
+}
+
+var _ = oracle.Lease
