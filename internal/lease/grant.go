@@ -54,7 +54,6 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 		inFlight -= pay
 		k.spans.put(g.Granted-pay, expiry)
 		k.add(g.Granted - pay)
-		DebugCounts.Deposited += float64(g.Granted - pay)
 	}
 	k.owe(inFlight, since)
 	k.settleOwed()

@@ -78,8 +78,6 @@ func (c *Core) accrue(k *KeyLease, now mono) {
 	} else {
 		in = 0
 	}
-	DebugCounts.Accrued += float64(in)
-	DebugCounts.Overflow += float64(n - in)
 	s.pooled += in
 	s.overflow += n - in
 }
@@ -111,7 +109,6 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 			if mutate.On(mutate.OweWholeOverlap) {
 				owed, dropped = twice, 0
 			}
-			DebugCounts.OwedShare += owed
 			s.accrued -= owed
 			s.overflow -= dropped
 		}
@@ -125,9 +122,7 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 // settleOwed pays what the key owes its share out of the tokens it holds.
 func (k *KeyLease) settleOwed() {
 	if s := k.share; s != nil && s.accrued < 0 {
-		got := k.remove(int64(math.Ceil(-s.accrued)))
-		DebugCounts.Settled += float64(got)
-		s.accrued += float64(got)
+		s.accrued += float64(k.remove(int64(math.Ceil(-s.accrued))))
 	}
 }
 

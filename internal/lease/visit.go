@@ -147,7 +147,7 @@ func (c *Core) expire(k *KeyLease, now mono) {
 	}
 	if gone > 0 {
 		k.gen.Add(1)
-		DebugCounts.Expired += float64(k.remove(gone))
+		k.remove(gone)
 	}
 }
 

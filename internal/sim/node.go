@@ -283,9 +283,6 @@ func (n *node) decide(q *waiter, again bool) {
 				w.at(q.deadline, func() {
 					if n.gen == gen && !q.done {
 						q.done = true // refused: no lease came in time
-						if DebugRefused != nil {
-							DebugRefused["wait timeout"]++
-						}
 					}
 				})
 			}
@@ -299,9 +296,6 @@ func (n *node) decide(q *waiter, again bool) {
 			n.admitted(q.rule, q.key, q.cost, mode, w.store.at(w.now))
 		default:
 			q.done = true
-			if DebugRefused != nil {
-				DebugRefused[fmt.Sprintf("fallback=%v retry=%v", v.Fallback, v.RetryAfter.Round(10*time.Millisecond))]++
-			}
 		}
 		break
 	}
@@ -326,9 +320,6 @@ func (n *node) wakeWaiters() {
 func (n *node) admitted(rule, key string, cost int64, mode oracle.Mode, storeAt time.Duration) {
 	w := n.w
 	w.stats.Admitted++
-	if DebugBins != nil {
-		DebugBins[int(w.now/(500*time.Millisecond))] += int(cost)
-	}
 	w.oracle.Admitted(w.now, storeAt, n.i, rule, key, cost, mode)
 }
 
@@ -407,9 +398,3 @@ func (n *node) crash() {
 	n.pending = nil
 	n.waiters = nil
 }
-
-// DebugBins (temporary) counts admissions per half second.
-var DebugBins map[int]int
-
-// DebugRefused (temporary) counts refusals by kind.
-var DebugRefused map[string]int

@@ -1,4 +1,0 @@
-package lease
-
-// DebugCounts are temporary counters for investigation.
-var DebugCounts struct{ Accrued, Overflow, Expired, OwedShare, Deposited, Settled float64 }
