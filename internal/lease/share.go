@@ -49,6 +49,12 @@ func (c *Core) accrue(k *KeyLease, now mono) {
 		if end.After(s.from) {
 			s.accrued += s.rate * end.Sub(s.from).Seconds()
 			s.from = end
+			// What is not yet a whole token carries over to the next lease,
+			// but no more than a TTL of the share: a token is made of rate
+			// lent within a TTL of its spending (docs/bounds.md, rule 2), not
+			// pooled from leases long ended (ten nodes lent 0.5/s each, a
+			// token per two TTLs, made their first tokens together).
+			s.accrued = min(s.accrued, s.rate*k.Rule().Lease.TTL.Seconds())
 		}
 		if !now.Before(s.end) {
 			s.rate = 0

@@ -31,6 +31,7 @@ type node struct {
 	shares  map[string]*fallback.Shares
 	debts   []lease.Request // strict rules' fallback admissions, to report
 	late    time.Duration   // a saturated CPU: its loop runs up to this late
+	downAt  time.Duration   // when it last crashed
 	// returned are the requests whose returns the oracle has been told of.
 	returned map[flightID]bool
 }
@@ -67,6 +68,9 @@ func (n *node) boot() {
 	w := n.w
 	n.gen++
 	n.alive = true
+	if n.gen > 1 {
+		w.oracle.Restarted(w.now, n.i)
+	}
 	n.id = fmt.Sprintf("node-%d", n.i)
 	if w.sc.NewIDs && n.gen > 1 {
 		n.id = fmt.Sprintf("node-%d.%d", n.i, n.gen)
@@ -117,16 +121,22 @@ func (n *node) nodesFor(holders int) int {
 	return fallback.Nodes(gossip, holders, max(n.core.MostHolders(), n.core.Fleet()), configured)
 }
 
-// live is how many nodes run now.
+// live is how many nodes the gossip pool counts now: those that run, and
+// those that crashed too recently for memberlist to have noticed (about
+// five seconds on its LAN configuration; the simulator's crashes last
+// three at most).
 func (w *World) live() int {
 	c := 0
 	for _, n := range w.nodes {
-		if n.alive {
+		if n.alive || (n.gen > 1 && w.now-n.downAt < gossipNotices) {
 			c++
 		}
 	}
 	return c
 }
+
+// gossipNotices is how long memberlist takes to declare a dead member.
+const gossipNotices = 5 * time.Second
 
 // turn runs the Core now (late, on a saturated node), sends what it asks
 // and schedules its next turn.
@@ -394,6 +404,7 @@ func (n *node) reportDebts() {
 // crash stops the node without a word: what it held is lost.
 func (n *node) crash() {
 	n.alive = false
+	n.downAt = n.w.now
 	n.gen++
 	n.pending = nil
 	n.waiters = nil

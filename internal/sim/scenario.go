@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +44,18 @@ type Link struct {
 func (s *Scenario) label(kind, format string, args ...any) {
 	s.labels = append(s.labels, kind+fmt.Sprintf(format, args...))
 	s.kinds = append(s.kinds, kind)
+}
+
+// givenNodes is the fleet size the world gives every node to divide its
+// fallback by, the N the oracle holds a node's unreserved fallback to:
+// Config.Nodes, or the gossip count while no partition takes a node out of
+// the pool. Otherwise a node divides by what the allocator told it, and by
+// 1 before it has heard from it (docs/bounds.md, rule 5 and "N wrong").
+func (s *Scenario) givenNodes() int {
+	if s.Configured || s.Gossip && !slices.Contains(s.kinds, "cut") && !slices.Contains(s.kinds, "cut-group") {
+		return s.Nodes
+	}
+	return 1
 }
 
 // String names what the scenario exercises.

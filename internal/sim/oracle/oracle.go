@@ -214,6 +214,28 @@ func (o *Oracle) Released(at time.Duration, node int, rule, key string) {
 		return
 	}
 	o.checked.Released++
-	ks.node(node).release()
+	ns := ks.node(node)
+	ns.release()
+	ns.freshFallback()
 	ks.trace.push(traceEv{kind: evReleased, node: node, at: at})
 }
+
+// Restarted records that node started again at at, with nothing of what it
+// held: as after a release, its next fallback on any key is on a fresh
+// allowance (docs/bounds.md, "Gaps, said"). Whether the store reserves it
+// is unchanged: it keeps the node as an absent holder.
+func (o *Oracle) Restarted(at time.Duration, node int) {
+	if !o.tick(at, "restart", "", "") {
+		return
+	}
+	for _, ks := range o.keys {
+		if ns := ks.nodes[node]; ns != nil {
+			ns.freshFallback()
+		}
+	}
+}
+
+// freshFallback starts the bounds of the node's unreserved fallback afresh:
+// a node that gave the key back, or restarted, falls back on a fresh
+// allowance (b/N, then r/N; l/N a window), which the store does not know of.
+func (ns *nodeState) freshFallback() { ns.fbBucket, ns.fbCounts, ns.fbLog = nil, nil, nil }
