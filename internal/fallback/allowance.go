@@ -153,6 +153,13 @@ func (a *Allowance) window(r *rules.Rule, nodes int, w Windows, now time.Duratio
 		wait := start(a.from) - now
 		return Result{RetryAfter: wait, ResetAfter: wait}
 	}
+	if lo < a.epoch {
+		// A newer estimate of the store's clock puts now in a window before
+		// the one counted: counting that one afresh could admit its
+		// allowance twice. It waits for the counted window's successor.
+		wait := start(a.epoch+1) - now
+		return Result{RetryAfter: wait, ResetAfter: wait}
+	}
 	if a.epoch != lo {
 		a.epoch, a.used = lo, 0
 	}

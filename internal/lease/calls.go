@@ -18,7 +18,7 @@ func (c *Core) enqueue(k *KeyLease, now mono) {
 	c.init(k, now)
 	c.noteFallback(k)
 	c.arm(k, now)
-	if at := mono(k.notBefore.Load()); at.After(now) {
+	if at := mono(k.notBefore.Load()); at.After(now) && k.req.unused == 0 {
 		c.delayed.push(k, at)
 		return
 	}

@@ -104,7 +104,7 @@ func (c *Core) scheduleNext(k *KeyLease, f *flight, g Grant, now mono) {
 	}
 	k.notBefore.Store(int64(next))
 	k.set(bitQueued, false)
-	if k.owes() {
-		k.WantRefill() // a report to make
+	if k.owes() || k.req.unused > 0 {
+		k.WantRefill() // a report to make, or tokens to give back
 	}
 }

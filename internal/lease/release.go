@@ -56,7 +56,8 @@ func (c *Core) leave(k *KeyLease) (Return, bool) {
 	c.delayed.cancel(k)
 	k.table.keys.remove(k.key, k)
 	k.set(bitAsleep, false)
-	tokens := k.takeOverflow()
+	tokens := k.takeOverflow() + k.req.unused
+	k.req.unused = 0
 	if held > 0 && k.spans.k > 0 {
 		tokens += held
 	}

@@ -29,7 +29,8 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 	if f == nil {
 		r := k.Rule()
 		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
-			returned: k.takeOverflow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e)}
+			returned: k.takeOverflow() + k.req.unused, returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e)}
+		k.req.unused = 0
 		if !k.sent && !mutate.On(mutate.SizeByHistory) {
 			// The first request asks for what is already waiting on it, and
 			// for the node's part of the burst, which the allocator holds for

@@ -13,6 +13,11 @@ type requestState struct {
 	// first of them was admitted.
 	owed      int64
 	owedSince mono
+	// unused are tokens that died with their lease unspent, to give back
+	// with the next request, which leaves at once: while the lease holds
+	// at the store (it ends a sweep later there), they are credited, and a
+	// window that lent them is not spent by them.
+	unused int64
 }
 
 // flight is one key's part of an Acquire in flight.

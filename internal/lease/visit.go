@@ -3,6 +3,8 @@ package lease
 import (
 	"math"
 	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
 )
 
 // A key's bookkeeping when the Core looks at it: at a deadline of its, in
@@ -142,12 +144,23 @@ func (c *Core) expire(k *KeyLease, now mono) {
 		return
 	}
 	gone := k.spans.expire(now)
-	if k.spans.k == 0 {
+	newest := k.spans.k == 0
+	if newest {
 		gone = math.MaxInt64 // the last lease ended: nothing of it stays
 	}
-	if gone > 0 {
-		k.gen.Add(1)
-		k.remove(gone)
+	if gone <= 0 {
+		return
+	}
+	k.gen.Add(1)
+	got := k.remove(gone)
+	// A window's returns name the window: only the newest lease's tokens
+	// are known to be of the window the key's epoch says.
+	if got > 0 && !k.table.gone.Load() && (newest || k.Rule().Algorithm == rules.TokenBucket) {
+		k.req.unused += got
+		// They go at once, whatever the key's next request waited for: the
+		// lease ends at the store about a sweep from now.
+		k.set(bitQueued, true)
+		c.schedule(k, now)
 	}
 }
 

@@ -137,10 +137,17 @@ func drawRules(rng *rand.Rand, s *Scenario) *rules.Set {
 			r.Strict = true
 		}
 		ttl := pick(rng, time.Second, 2*time.Second, 4*time.Second)
-		if rtt := 2 * s.Link.OneWay; ttl < 4*rtt && rng.IntN(3) != 0 {
-			ttl = 4 * rtt // the TTL the node suggests; otherwise it is left short
+		if rtt := 2 * (s.Link.OneWay + s.Link.Jitter); ttl < 4*rtt {
+			if rng.IntN(3) != 0 {
+				ttl = 4 * rtt // the TTL the node suggests
+			} else {
+				s.label("short-ttl", "") // bounds only: a short TTL costs accuracy
+			}
 		}
 		r.Lease.TTL = ttl
+		if r.Algorithm != rules.TokenBucket && r.Algorithm != rules.SlidingLog && r.Period < 4*2*(s.Link.OneWay+s.Link.Jitter) {
+			s.label("short-window", "") // a lease lives less than a round trip: bounds only
+		}
 		if err := r.Normalize(); err != nil {
 			panic(fmt.Sprintf("sim: rule %+v: %v", r, err))
 		}
