@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/mutate"
+	"github.com/allot-dev/allot/internal/rules"
 )
 
 // A key's next request: what it asks for, the report it carries, and its
@@ -182,10 +183,16 @@ func (e *env) latestRenewal(k *KeyLease) time.Duration {
 // wait for it centrally; asking sooner would only take other holders'
 // shares. But the wait stays under half the time the central bucket takes
 // to fill, or tokens would spill over its capacity between calls and be
-// lost. A jitter of ±25% keeps nodes that starved together from asking
-// together, in waves of one refresh interval.
+// lost. A sliding window's room grows all the time, as its previous
+// window's weight falls, so a key short of it asks again every refresh,
+// whatever the allocator says a whole lease would take. A jitter of ±25%
+// keeps nodes that starved together from asking together, in waves of one
+// refresh interval.
 func (e *env) retryDelay(k *KeyLease, retryAfter time.Duration) time.Duration {
 	r := k.Rule()
+	if r.Algorithm == rules.SlidingWindow {
+		retryAfter = r.Lease.Refresh
+	}
 	d := max(min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL, fillTime(r)/2), time.Millisecond)
 	return time.Duration(float64(d) * (0.75 + 0.5*e.rng.Float64()))
 }

@@ -8,9 +8,15 @@ import "time"
 //
 //   - token bucket: an exact bucket of capacity b refilling at r, full at
 //     the first offer, admitting a request when it holds its cost;
-//   - fixed and sliding window: per window ⌊at/P⌋ of true time (an offer
-//     has no store time), a request is admitted when it fits in l: with
-//     cost 1, min(offered in the window, l);
+//   - fixed window: per window ⌊at/P⌋ of true time (an offer has no store
+//     time), a request is admitted when it fits in l: with cost 1,
+//     min(offered in the window, l);
+//   - sliding window: the same windows, and the classic counter over them,
+//     admitting when the previous window's count weighted by the part of
+//     it the sliding window still covers, plus the current one's and the
+//     request's, fit in l. (min(offered, l) a window, as SIMULATION.md
+//     says, is more than any sliding window counter admits under a steady
+//     overload: it counts each window as if the one before were empty.)
 //   - sliding log: an exact log, admitting when the costs admitted in
 //     (at − P, at] and the request's fit in l.
 //
@@ -26,7 +32,7 @@ type accuracy struct {
 	tokens float64
 	last   time.Duration
 	// fixed and sliding window
-	k, count int64
+	k, count, prev int64
 	// sliding log
 	log  []wpt
 	head int
@@ -60,11 +66,26 @@ func (a *accuracy) fits(v *version, at time.Duration, cost int64) bool {
 			return false
 		}
 		a.tokens -= float64(cost)
-	case FixedWindow, SlidingWindow:
+	case FixedWindow:
 		if k := floorDiv(at, v.Period); !a.started || k != a.k {
 			a.started, a.k, a.count = true, k, 0
 		}
 		if a.count+cost > v.Limit {
+			return false
+		}
+		a.count += cost
+	case SlidingWindow:
+		k := floorDiv(at, v.Period)
+		switch {
+		case !a.started:
+			a.started, a.k, a.count, a.prev = true, k, 0, 0
+		case k == a.k+1:
+			a.k, a.prev, a.count = k, a.count, 0
+		case k != a.k:
+			a.k, a.prev, a.count = k, 0, 0
+		}
+		into := float64(at-time.Duration(k)*v.Period) / float64(v.Period)
+		if float64(a.prev)*(1-into)+float64(a.count+cost) > float64(v.Limit)+1e-9 {
 			return false
 		}
 		a.count += cost
