@@ -194,6 +194,8 @@ func (c *Core) Turn(at time.Duration) {
 		case k == nil:
 		case k.phase == phaseDormant:
 			c.wake(k, now) // a Take found its share asleep (sleep.go)
+		case k.lower(bitHurry):
+			c.hurry(k, now)
 		default:
 			c.enqueue(k, now)
 		}

@@ -5,6 +5,7 @@ package lease
 const (
 	bitQueued uint32 = 1 << iota // a refill is queued or in flight (one per key)
 	bitAsleep                    // its share sleeps (sleep.go): the next Take wakes it
+	bitHurry                     // refused while its renewal waits: ask for tokens now (Core.hurry)
 )
 
 func (k *KeyLease) is(bit uint32) bool { return k.bits.Load()&bit != 0 }
@@ -79,8 +80,15 @@ func (k *KeyLease) WantRefill() {
 }
 
 // Refused records demand the key could not serve, for the rate estimate,
-// and asks for a refill.
+// and asks for a refill: at once, if its request waits for a share's
+// renewal (Core.hurry).
 func (k *KeyLease) Refused(n int64) {
 	k.demand.Add(n)
+	if k.is(bitQueued) && !k.is(bitAsleep) {
+		if k.raise(bitHurry) {
+			k.table.c.inbox.put(k)
+		}
+		return
+	}
 	k.WantRefill()
 }

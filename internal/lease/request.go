@@ -33,12 +33,12 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 			returned: k.takeOverflow() + k.req.unused, returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e)}
 		k.req.unused = 0
 		if !k.sent && !mutate.On(mutate.SizeByHistory) {
-			// The first request asks for what is already waiting on it, and
-			// for the node's part of the burst, which the allocator holds for
-			// a fresh key: a thousand callers at once on a key new to a node
-			// all wait on this one request, and a hot new key would otherwise
-			// spend its first second doubling a lease sized for a slow one.
-			f.want = min(max(f.want, k.demand.Load(), r.Capacity()/int64(max(e.cfg.Nodes(), 1))), r.Lease.Max)
+			// The first request asks for what is already waiting on it; a hot
+			// key's lease then doubles until it keeps up (sample). (Asking
+			// for the node's part of the burst instead, a cold node, which
+			// divides by one, took a fixed window's whole minute on its
+			// first request and left it to die unspent.)
+			f.want = min(max(f.want, k.demand.Load()), r.Lease.Max)
 		}
 		f.consumed, f.age = k.takeConsumed(now)
 		f.held = max(k.tokens.Load(), 0) + f.returned

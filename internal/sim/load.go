@@ -28,6 +28,7 @@ type stream struct {
 	duty          float64
 	burst         int  // a burst of this many requests at once, each arrival
 	once          bool // one arrival, at from
+	paced         bool // arrivals exactly 1/rate apart, not Poisson
 }
 
 func (l *Load) start(w *World) {
@@ -46,6 +47,9 @@ func (s *stream) next(w *World, from time.Duration) {
 		return
 	}
 	gap := time.Duration(w.rng.ExpFloat64() / s.rate * float64(time.Second))
+	if s.paced {
+		gap = time.Duration(float64(time.Second) / s.rate)
+	}
 	at := from + gap
 	if at >= s.to {
 		return

@@ -381,7 +381,7 @@ func (n *node) strict(r *rules.Rule, key string, cost int64) {
 			n.reportDebts()
 		})
 	})
-	w.after(100*time.Millisecond, fallbackNow) // the SDK's CheckTimeout
+	w.after(n.callTimeout(), fallbackNow) // the SDK's CheckTimeout, set above the round trip
 }
 
 // reportDebts sends what strict rules admitted on fallback.
@@ -399,6 +399,31 @@ func (n *node) reportDebts() {
 			n.debts = append(n.debts, reqs...) // reported again later
 		}
 	})
+}
+
+// replace closes the node as the SDK's Close does (what it admitted on
+// fallback reported, every lease given back) and starts a new node, with
+// a new id, in its place.
+func (n *node) replace() {
+	w := n.w
+	if !n.alive {
+		return
+	}
+	fin := n.core.Close(n.mono())
+	for _, reqs := range [][]lease.Request{fin.Retries, fin.Reports} {
+		if len(reqs) > 0 {
+			req := lease.AcquireProto(n.id, reqs)
+			w.net.send(n.i, func() { w.alloc.acquire(req) })
+		}
+	}
+	if len(fin.Returns) > 0 {
+		n.release(fin.Returns)
+	}
+	n.crash()
+	saved := w.sc.NewIDs
+	w.sc.NewIDs = true
+	n.boot()
+	w.sc.NewIDs = saved
 }
 
 // crash stops the node without a word: what it held is lost.

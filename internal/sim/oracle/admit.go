@@ -17,7 +17,10 @@ const logHorizon = 8
 // the rule's Absence before at, and has not released the key since; every
 // other fallback admission, and every one of a strict rule, is unreserved.
 // Unreserved admissions are left out of the fleet's sums and held to the
-// node's own fallback bound (docs/bounds.md, "Gaps, said").
+// node's own fallback bound (docs/bounds.md, "Gaps, said") only while a
+// fault may keep the allocator from it (one is recorded from at most a TTL
+// before at): a node that falls back while nothing is wrong has no excuse,
+// and what it admits counts in the fleet's sums like any admission.
 func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string, cost int64, mode Mode) {
 	if !o.tick(at, "admission", rule, key) {
 		return
@@ -43,7 +46,7 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 	case Fallback:
 		o.checked.Fallback++
 		ev.class = 1
-		if v.Strict || !ns.reserved(at, v.Absence) {
+		if (v.Strict || !ns.reserved(at, v.Absence)) && o.faulty(rule, at) {
 			ev.class, unreserved = 2, true
 			o.checked.Unreserved++
 		}

@@ -22,9 +22,13 @@ func TestBucketBound(t *testing.T) {
 		{name: "a window at the bound", evs: []ev{setRule(t0, r), many(t0, 1, 11, Lease), many(t1, 2, 5, Lease)}},
 		{name: "a window past it", evs: []ev{setRule(t0, r), many(t0, 1, 11, Lease), many(t1, 2, 6, Lease)},
 			want: []want{{inv: InvBucket, node: -1, from: t0, to: t1, measured: 17, bound: 16}}},
-		{name: "every mode counts but unreserved fallback", evs: []ev{setRule(t0, r),
+		{name: "every mode counts but unreserved fallback", evs: []ev{faulty(0, time.Second), setRule(t0, r),
 			many(t0, 1, 5, Lease), many(t0, 2, 5, Strict), grant(t0, t0, 3, 1, 0, time.Second), many(t0, 3, 1, Fallback),
 			many(t0, 4, 3, Fallback)}},
+		{name: "a fallback with nothing wrong counts too", evs: []ev{setRule(t0, r),
+			many(t0, 1, 5, Lease), many(t0, 2, 5, Strict), grant(t0, t0, 3, 1, 0, time.Second), many(t0, 3, 1, Fallback),
+			many(t0, 4, 3, Fallback)},
+			want: []want{{inv: InvBucket, node: -1, from: t0, to: t0, measured: 12, bound: 11}}},
 	})
 }
 

@@ -12,6 +12,11 @@ func fbBucket() Rule {
 	return Rule{Algorithm: TokenBucket, Limit: 10, Period: time.Second, Burst: 10, TTL: time.Second, Absence: 5 * time.Second}
 }
 
+// cutOff is a fault over the whole of a fallback test: the nodes are cut
+// off from the allocator, which is when an unreserved fallback has its
+// excuse.
+var cutOff = faulty(0, time.Hour)
+
 func TestFallbackReserved(t *testing.T) {
 	const t0, t1, t2 = 0, 400 * ms, 800 * ms
 	r := fbBucket()
@@ -21,36 +26,36 @@ func TestFallbackReserved(t *testing.T) {
 		return want{inv: InvFallbackBucket, node: 1, from: from, to: to, measured: measured, bound: bound}
 	}
 	runCases(t, []tcase{
-		{name: "unreserved at its bound", nodes: 2, evs: []ev{setRule(t0, r), many(t0, 1, 6, Fallback)}},
-		{name: "unreserved past it", nodes: 2, evs: []ev{setRule(t0, r), many(t0, 1, 7, Fallback)},
+		{name: "unreserved at its bound", nodes: 2, evs: []ev{cutOff, setRule(t0, r), many(t0, 1, 6, Fallback)}},
+		{name: "unreserved past it", nodes: 2, evs: []ev{cutOff, setRule(t0, r), many(t0, 1, 7, Fallback)},
 			want: []want{node(t0, t0, 7, 6)}},
-		{name: "unreserved over time", nodes: 2, evs: []ev{setRule(t0, r), many(t0, 1, 6, Fallback), many(t1, 1, 2, Fallback)}},
-		{name: "unreserved over time past it", nodes: 2, evs: []ev{setRule(t0, r), many(t0, 1, 6, Fallback), many(t1, 1, 3, Fallback)},
+		{name: "unreserved over time", nodes: 2, evs: []ev{cutOff, setRule(t0, r), many(t0, 1, 6, Fallback), many(t1, 1, 2, Fallback)}},
+		{name: "unreserved over time past it", nodes: 2, evs: []ev{cutOff, setRule(t0, r), many(t0, 1, 6, Fallback), many(t1, 1, 3, Fallback)},
 			want: []want{node(t0, t1, 9, 8)}},
-		{name: "unreserved is left out of the fleet's sum", nodes: 2, evs: []ev{setRule(t0, r), many(t0, 2, 20, Lease),
+		{name: "unreserved is left out of the fleet's sum", nodes: 2, evs: []ev{cutOff, setRule(t0, r), many(t0, 2, 20, Lease),
 			many(t0, 1, 6, Fallback)}},
-		{name: "reserved counts in the fleet's sum", nodes: 2, evs: []ev{setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
+		{name: "reserved counts in the fleet's sum", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
 			many(t1, 2, 20, Lease), many(t1, 1, 1, Fallback)},
 			want: []want{{inv: InvBucket, node: -1, from: t1, to: t1, measured: 21, bound: 20}}},
-		{name: "reserved is not held to the node's bound", nodes: 2, evs: []ev{setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
+		{name: "reserved is not held to the node's bound", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
 			many(t1, 1, 7, Fallback)}},
-		{name: "a share alone reserves", nodes: 2, evs: []ev{setRule(t0, r), grant(t0, t0, 1, 0, 2.5, time.Second),
+		{name: "a share alone reserves", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 0, 2.5, time.Second),
 			many(t1, 1, 7, Fallback)}},
-		{name: "a grant of nothing does not", nodes: 2, evs: []ev{setRule(t0, r), grant(t0, t0, 1, 0, 0, time.Second),
+		{name: "a grant of nothing does not", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 0, 0, time.Second),
 			many(t1, 1, 7, Fallback)},
 			want: []want{node(t1, t1, 7, 6)}},
-		{name: "released: unreserved again", nodes: 2, evs: []ev{setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
+		{name: "released: unreserved again", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
 			rel(t1, 1), many(t2, 1, 7, Fallback)},
 			want: []want{node(t2, t2, 7, 6)}},
-		{name: "granted again after the release", nodes: 2, evs: []ev{setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
+		{name: "granted again after the release", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
 			rel(t1, 1), grant(t2, t1, 1, 1, 0, time.Second), many(t2, 1, 7, Fallback)}},
 		// The lease ends at t0 + 1 s; the store keeps it 5 s more.
-		{name: "within absence of the lease's end", nodes: 2, evs: []ev{setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
+		{name: "within absence of the lease's end", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
 			many(6*time.Second, 1, 7, Fallback)}},
-		{name: "past absence", nodes: 2, evs: []ev{setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
+		{name: "past absence", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
 			many(6*time.Second+ms, 1, 7, Fallback)},
 			want: []want{node(6*time.Second+ms, 6*time.Second+ms, 7, 6)}},
-		{name: "a strict rule has no holders", nodes: 2, evs: []ev{setRule(t0, strict), grant(t0, t0, 1, 1, 0, time.Second),
+		{name: "a strict rule has no holders", nodes: 2, evs: []ev{cutOff, setRule(t0, strict), grant(t0, t0, 1, 1, 0, time.Second),
 			many(t1, 1, 7, Fallback)},
 			want: []want{node(t1, t1, 7, 6)}},
 	})
@@ -62,15 +67,15 @@ func TestFallbackWindows(t *testing.T) {
 	log := Rule{Algorithm: SlidingLog, Limit: 3, Period: time.Second}
 	runCases(t, []tcase{
 		// ⌈5/2⌉ = 3 per store window, per node.
-		{name: "a window at ⌈l/N⌉ per node", nodes: 2, evs: []ev{setRule(0, fixed), many(t0, 1, 3, Fallback),
+		{name: "a window at ⌈l/N⌉ per node", nodes: 2, evs: []ev{cutOff, setRule(0, fixed), many(t0, 1, 3, Fallback),
 			many(t1, 2, 3, Fallback)}},
-		{name: "a window past it", nodes: 2, evs: []ev{setRule(0, fixed), many(t0, 1, 3, Fallback), many(t1, 1, 1, Fallback)},
+		{name: "a window past it", nodes: 2, evs: []ev{cutOff, setRule(0, fixed), many(t0, 1, 3, Fallback), many(t1, 1, 1, Fallback)},
 			want: []want{{inv: InvFallbackWindow, node: 1, from: 0, to: time.Second, store: true, measured: 4, bound: 3}}},
-		{name: "the next window", nodes: 2, evs: []ev{setRule(0, fixed), many(t0, 1, 3, Fallback), many(t2, 1, 3, Fallback)}},
+		{name: "the next window", nodes: 2, evs: []ev{cutOff, setRule(0, fixed), many(t0, 1, 3, Fallback), many(t2, 1, 3, Fallback)}},
 		// A log has no holders: ⌈3/2⌉ = 2 in any P of true time, per node.
-		{name: "a log at ⌈l/N⌉ per node", nodes: 2, evs: []ev{setRule(0, log), grant(t0, t0, 1, 1, 0, time.Second),
+		{name: "a log at ⌈l/N⌉ per node", nodes: 2, evs: []ev{cutOff, setRule(0, log), grant(t0, t0, 1, 1, 0, time.Second),
 			many(t0, 1, 2, Fallback), many(t2, 1, 2, Fallback)}},
-		{name: "a log past it", nodes: 2, evs: []ev{setRule(0, log), many(t0, 1, 2, Fallback), many(t1, 1, 1, Fallback)},
+		{name: "a log past it", nodes: 2, evs: []ev{cutOff, setRule(0, log), many(t0, 1, 2, Fallback), many(t1, 1, 1, Fallback)},
 			want: []want{{inv: InvFallbackLog, node: 1, from: t0, to: t1, measured: 3, bound: 2}}},
 	})
 }

@@ -39,6 +39,25 @@ func (o *Oracle) Cut(node int, from, to time.Duration) {
 	o.Fault(from, to, fmt.Sprintf("node %d cut off from the allocator", node))
 }
 
+// faulty says whether a fault may keep a node from the allocator at at: one
+// is recorded over [from, to + L), L the rule's largest TTL (a node cut
+// off falls back until its next answer).
+func (o *Oracle) faulty(rule string, at time.Duration) bool {
+	var l time.Duration
+	if rs := o.rules[rule]; rs != nil {
+		l = rs.maxTTL
+	}
+	for _, f := range o.faults {
+		if f.from > at {
+			break
+		}
+		if at < f.to+l {
+			return true
+		}
+	}
+	return false
+}
+
 // calm says whether some window [s, s+w] with s in [lo, hi] overlaps no
 // fault's excuse [from − L, to + L), L the rule's largest TTL. Starts a
 // fault rules out are [from − L − w, to + L); the faults are kept by from,

@@ -22,8 +22,11 @@ func TestFixedWindow(t *testing.T) {
 		{name: "a store clock stepped back reopens no window", evs: []ev{setRule(0, r), many(t0, 1, 5, Lease),
 			admS(t3, 800*ms, 2, 1, Lease)},
 			want: []want{{inv: InvWindow, node: -1, from: 0, to: time.Second, store: true, measured: 6, bound: 5}}},
-		{name: "every mode counts but unreserved fallback", evs: []ev{setRule(0, r), many(t0, 1, 2, Lease),
+		{name: "every mode counts but unreserved fallback", evs: []ev{faulty(0, time.Second), setRule(0, r), many(t0, 1, 2, Lease),
 			many(t0, 2, 2, Strict), grant(t0, t0, 3, 1, 0, time.Second), many(t1, 3, 1, Fallback), many(t1, 4, 3, Fallback)}},
+		{name: "a fallback with nothing wrong counts too", evs: []ev{setRule(0, r), many(t0, 1, 2, Lease),
+			many(t0, 2, 2, Strict), grant(t0, t0, 3, 1, 0, time.Second), many(t1, 3, 1, Fallback), many(t1, 4, 3, Fallback)},
+			want: []want{{inv: InvWindow, node: -1, from: 0, to: time.Second, store: true, measured: 6, bound: 5}}},
 	})
 }
 
