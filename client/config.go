@@ -117,11 +117,14 @@ type LeaseConfig struct {
 	// keys leave (their state is returned) and make room.
 	// default: 1,000,000, about 0.5 GB at the bench's measured cost
 	MaxKeys int
-	// FirstLeaseWait is how long a request may wait for its key's first
-	// lease when the node's fallback share can admit nothing (a burst
-	// smaller than the fleet leaves each node less than a token): waiting a
-	// round trip beats a certain refusal. Negative: never wait. default:
-	// 250ms
+	// FirstLeaseWait is how long, at least, a request on a key with no
+	// lease yet waits for the key's first lease while the allocator
+	// answers: the node admits nothing of a key without the allocator's say
+	// while it can have it (docs/bounds.md), so that a fleet that knows
+	// nothing of its size cannot spend a burst per node. The wait lasts at
+	// most this or the lease call's own timeout, whichever is longer, and
+	// the caller's context; a request still without a lease then is
+	// refused. Negative: never wait, refuse at once. default: 250ms
 	FirstLeaseWait time.Duration
 	// TokensOnly never asks for a share of a rule's rate: the node lives
 	// on the tokens the allocator's bucket holds when it asks, as nodes

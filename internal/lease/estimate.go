@@ -52,10 +52,14 @@ func (k *KeyLease) sample(e *env, now mono) int64 {
 	// The size follows the faster of the two estimates up, so that a surge
 	// is met within a few sweeps and not the rate window's second, and
 	// falls by at most half a sample. Demand the lease could not meet at
-	// least doubles it, until the lease keeps up.
+	// least doubles it, until the lease keeps up: unless the last grant fell
+	// short, when the allocator had no more to give and a larger lease
+	// would only hold back from the other holders what this key cannot use
+	// (a node at a twentieth of a fixed window's load, refused as the window
+	// ran out, asked for twenty times its part of the next window).
 	size := max(rate, float64(s.fast)) * r.Lease.Refresh.Seconds()
 	size = max(size, float64(s.size)/2)
-	if asked > 0 && k.sent {
+	if asked > 0 && k.sent && !k.short {
 		size = max(size, float64(2*s.size), float64(s.size+asked))
 	}
 	if mutate.On(mutate.SizeByHistory) {

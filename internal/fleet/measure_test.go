@@ -1,0 +1,255 @@
+package fleet
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// binWidth is the resolution of the offered load's timeline, and of the
+// admissions' when FLEET_LOG shows it. Bins start on wall-clock multiples
+// of it, so that each lies in one of the store's windows.
+const binWidth = 100 * time.Millisecond
+
+// run is what a fleet admitted under one load.
+type run struct {
+	rule   *rules.Rule
+	length time.Duration
+	// start is the run's origin on the monotonic clock; every instant here
+	// is a duration since it. wall0 is its wall-clock time (ns), which
+	// places an instant in the store's windows: the allocator's clock is
+	// Redis's TIME, this machine's wall clock.
+	start time.Time
+	wall0 int64
+
+	offered     atomic.Int64
+	offeredBins []atomic.Int64 // offered per binWidth, fleet-wide
+	perNode     []atomic.Int64 // admitted
+	fallback    []atomic.Int64 // decisions made in fallback, per node
+	// first and last are when the first and the last request were offered:
+	// a perfect token bucket admits the burst and the rate between them,
+	// no more.
+	first, last atomic.Int64
+
+	mu sync.Mutex
+	at []int64 // every admission's instant, sorted once the run is over
+}
+
+func newRun(r *rules.Rule, d time.Duration, n int) *run {
+	start := time.Now()
+	return &run{rule: r, length: d, start: start, wall0: start.UnixNano(),
+		offeredBins: make([]atomic.Int64, (d+time.Second)/binWidth+2),
+		perNode:     make([]atomic.Int64, n), fallback: make([]atomic.Int64, n)}
+}
+
+// bin is the bin of the instant el.
+func (r *run) bin(el time.Duration) int {
+	return int((int64(el) + r.wall0%int64(binWidth)) / int64(binWidth))
+}
+
+// offer counts n requests offered at el.
+func (r *run) offer(el time.Duration, n int64) {
+	r.offered.Add(n)
+	if b := r.bin(el); b < len(r.offeredBins) {
+		r.offeredBins[b].Add(n)
+	}
+	r.first.CompareAndSwap(0, int64(el)+1)
+	for at := int64(el) + 1; ; {
+		if l := r.last.Load(); l >= at || r.last.CompareAndSwap(l, at) {
+			break
+		}
+	}
+}
+
+// add records one caller's admissions.
+func (r *run) add(at []int64) {
+	r.mu.Lock()
+	r.at = append(r.at, at...)
+	r.mu.Unlock()
+}
+
+func (r *run) finish() { slices.Sort(r.at) }
+
+func (r *run) admitted() int64 { return int64(len(r.at)) }
+
+// ideal is what a perfect limiter admits. A token bucket: the burst and
+// the rate from the first request offered to the last, or what was
+// offered if that is less (every load here offers more than the rate
+// throughout). A window: each of the store's windows, min(offered in it,
+// limit).
+func (r *run) ideal() float64 {
+	if r.rule.Algorithm == rules.FixedWindow {
+		var sum float64
+		for _, offered := range r.offeredPerWindow() {
+			sum += float64(min(offered, r.rule.Limit))
+		}
+		return sum
+	}
+	span := time.Duration(r.last.Load() - r.first.Load()).Seconds()
+	return min(float64(r.offered.Load()), float64(r.rule.Burst)+r.rule.Rate()*span)
+}
+
+// window is the store's window index of the instant el.
+func (r *run) window(el int64) int64 { return (r.wall0 + el) / int64(r.rule.Period) }
+
+func (r *run) offeredPerWindow() map[int64]int64 {
+	per := map[int64]int64{}
+	for b := range r.offeredBins {
+		if n := r.offeredBins[b].Load(); n > 0 {
+			// (A bin lies in one window: both start on wall-clock multiples.)
+			per[r.window(int64(b)*int64(binWidth)-r.wall0%int64(binWidth))] += n
+		}
+	}
+	return per
+}
+
+// admittedPerWindow is what the fleet admitted in each of the store's
+// windows.
+func (r *run) admittedPerWindow() map[int64]int64 {
+	per := map[int64]int64{}
+	for _, at := range r.at {
+		per[r.window(at)]++
+	}
+	return per
+}
+
+// worstStoreWindow is the most admitted in one store window.
+func (r *run) worstStoreWindow() (worst int64) {
+	for _, n := range r.admittedPerWindow() {
+		worst = max(worst, n)
+	}
+	return worst
+}
+
+// worstSecond is the most admitted in any second [t, t+1s), t any instant:
+// the best window starts at an admission.
+func (r *run) worstSecond() int {
+	worst := 0
+	for i, j := 0, 0; j < len(r.at); j++ {
+		for r.at[j]-r.at[i] >= int64(time.Second) {
+			i++
+		}
+		worst = max(worst, j-i+1)
+	}
+	return worst
+}
+
+// boundSlack is the least, over every window [t, t+T) with T ≥ 1 s, of
+// burst + rate·(T + ttl) less what the window admitted, and the T where
+// it is least: negative is a breach of the bound. Every window is
+// considered: the one from admission i to admission j needs T = max(1 s,
+// at[j] - at[i]), and for T > 1 s what matters is the least i - rate·at[i]
+// before at[j] - 1 s.
+func (r *run) boundSlack() (slack float64, T time.Duration) {
+	burst, rate, ttl := float64(r.rule.Burst), r.rule.Rate(), r.rule.Lease.TTL.Seconds()
+	slack, T = burst+rate*(1+ttl)-float64(r.worstSecond()), time.Second
+	sec := func(at int64) float64 { return float64(at) / 1e9 }
+	best, bestAt := math.Inf(1), int64(0)
+	for i, j := 0, 0; j < len(r.at); j++ {
+		for ; i < j && r.at[j]-r.at[i] >= int64(time.Second); i++ {
+			if v := float64(i) - rate*sec(r.at[i]); v < best {
+				best, bestAt = v, r.at[i]
+			}
+		}
+		if best == math.Inf(1) {
+			continue
+		}
+		// admitted in [bestAt, at[j]] less the bound for T = at[j] - bestAt
+		if s := burst + rate*ttl - (float64(j+1) - rate*sec(r.at[j]) - best); s < slack {
+			slack, T = s, time.Duration(r.at[j]-bestAt)
+		}
+	}
+	return slack, T
+}
+
+// checkBounds fails the test if any window of a second or more admitted
+// more than burst + rate·(T + ttl), or any second more than burst +
+// 1.1·rate (guarantee 2 of DESIGN.md), and, for a fixed window, if any of
+// the store's windows admitted more than the limit.
+func (r *run) checkBounds(t *testing.T) {
+	t.Helper()
+	burst, rate := float64(r.rule.Burst), r.rule.Rate()
+	if w := float64(r.worstSecond()); w > burst+1.1*rate {
+		t.Errorf("worst 1s window admitted %.0f > burst + 1.1·rate = %.0f", w, burst+1.1*rate)
+	}
+	if slack, T := r.boundSlack(); slack < 0 {
+		t.Errorf("a %v window admitted %.0f more than burst + rate·(T + ttl) = %.0f", T.Round(time.Millisecond), -slack,
+			burst+rate*(T.Seconds()+r.rule.Lease.TTL.Seconds()))
+	}
+	if r.rule.Algorithm != rules.FixedWindow {
+		return
+	}
+	per := r.admittedPerWindow()
+	windows := slices.Sorted(maps.Keys(per))
+	for _, w := range windows {
+		if per[w] > r.rule.Limit {
+			t.Errorf("store window %d (%s) admitted %d > limit %d", w,
+				time.Unix(0, w*int64(r.rule.Period)).Format("15:04:05"), per[w], r.rule.Limit)
+		}
+	}
+}
+
+// report logs the run's figures and returns admitted/ideal.
+func (r *run) report(t *testing.T, what string) float64 {
+	t.Helper()
+	a, ideal := r.admitted(), r.ideal()
+	burst, rate := float64(r.rule.Burst), r.rule.Rate()
+	slack, T := r.boundSlack()
+	var fallback int64
+	per := make([]string, len(r.perNode))
+	for i := range r.perNode {
+		fallback += r.fallback[i].Load()
+		per[i] = fmt.Sprint(r.perNode[i].Load())
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: admitted %d of ideal %.0f = %.3f; worst 1s %d = %.2f of burst + rate; least slack to burst + rate·(T + ttl) %.0f (T %v)",
+		what, a, ideal, float64(a)/ideal, r.worstSecond(), float64(r.worstSecond())/(burst+rate), slack, T.Round(time.Millisecond))
+	if r.rule.Algorithm == rules.FixedWindow {
+		fmt.Fprintf(&b, "; worst store window %d of %d", r.worstStoreWindow(), r.rule.Limit)
+	}
+	fmt.Fprintf(&b, "; fallback decisions %d of %d offered; per node %s", fallback, r.offered.Load(), strings.Join(per, " "))
+	t.Log(b.String())
+	if os.Getenv("FLEET_LOG") != "" {
+		t.Logf("admitted per %v: %s", binWidth, r.timeline())
+		if r.rule.Algorithm == rules.FixedWindow {
+			t.Logf("admitted/offered per store window: %s", r.windowLine())
+		}
+	}
+	return float64(a) / ideal
+}
+
+// timeline is the admissions per bin.
+func (r *run) timeline() string {
+	var b strings.Builder
+	bins := map[int]int{}
+	last := 0
+	for _, at := range r.at {
+		bins[r.bin(time.Duration(at))]++
+		last = max(last, r.bin(time.Duration(at)))
+	}
+	for i := 0; i <= last; i++ {
+		fmt.Fprintf(&b, " %d", bins[i])
+	}
+	return b.String()
+}
+
+func (r *run) windowLine() string {
+	adm, off := r.admittedPerWindow(), r.offeredPerWindow()
+	for w := range off {
+		adm[w] += 0
+	}
+	var b strings.Builder
+	for _, w := range slices.Sorted(maps.Keys(adm)) {
+		fmt.Fprintf(&b, " %d/%d", adm[w], off[w])
+	}
+	return b.String()
+}
