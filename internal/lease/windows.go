@@ -11,28 +11,22 @@ import (
 // fallback counts its allowance per store window, and only where it is
 // sure which window it is in (docs/bounds.md, rule 5). A window grant says
 // it: the store applied the request at some instant a in [sent, answer] on
-// the node's clock, in window Epoch. So the store's clock reads mono + d
-// with
+// the node's clock, in window Epoch, and a window's lease ends no later
+// than its window does, exactly at it when the window's end is nearer than
+// the TTL. So the store's clock reads mono + d with
 //
-//	Epoch·P - answer ≤ d < (Epoch+1)·P - sent
+//	Epoch·P - answer ≤ d ≤ (Epoch+1)·P - TTL - sent,
 //
-// and a fixed window's lease ends no later than its window does, exactly at
-// it when the window's end is nearer than the TTL:
-//
-//	d ≤ (Epoch+1)·P - TTL - sent, and for a lease cut short,
-//	d ≥ (Epoch+1)·P - TTL - answer.
+// and, for a lease its window's end cut short, d ≥ (Epoch+1)·P - TTL - answer.
 
 // learnWindows narrows the estimate with one window grant.
 func (c *Core) learnWindows(r *rules.Rule, f *flight, g Grant, now mono) {
 	p := r.Period
 	sent, answer := f.sent.sinceOrigin(), now.sinceOrigin()
 	end := time.Duration(g.Epoch+1) * p
-	lo, hi := time.Duration(g.Epoch)*p-answer, end-sent
-	if r.Algorithm == rules.FixedWindow {
-		hi = end - g.TTL - sent
-		if g.TTL < r.Lease.TTL {
-			lo = max(lo, end-g.TTL-answer)
-		}
+	lo, hi := time.Duration(g.Epoch)*p-answer, end-g.TTL-sent
+	if g.TTL < r.Lease.TTL {
+		lo = max(lo, end-g.TTL-answer)
 	}
 	if lo > hi {
 		return // (a store clock stepped between the answer's parts: say nothing)

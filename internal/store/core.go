@@ -163,10 +163,8 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 		p := periodUS(r)
 		l.Epoch = applied / p
 		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
-		if r.Algorithm == rules.FixedWindow {
-			// Tokens of a window die with it, counted from the apply.
-			l.TTL = us(max(min(ttl, (l.Epoch+1)*p-applied), 0))
-		}
+		// Tokens of a window die with it, counted from the apply.
+		l.TTL = us(max(min(ttl, (l.Epoch+1)*p-applied), 0))
 	}
 	return l, true
 }

@@ -89,10 +89,7 @@ func (st *state) windowReserve(r *rules.Rule, now, start int64) float64 {
 	a := absenceUS(r)
 	var xs []float64
 	for _, h := range st.holders {
-		end := h.until
-		if r.Algorithm == rules.FixedWindow {
-			end = min(end, (h.epoch+1)*periodUS(r))
-		}
+		end := min(h.until, (h.epoch+1)*periodUS(r)) // a window's lease ends with its window
 		if end <= start && h.known(now, a) {
 			xs = append(xs, float64(r.Limit)/float64(h.n))
 		}

@@ -68,9 +68,12 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Epoch: epoch}
 	l.Remaining = int64(math.Floor(math.Max(limit-used-float64(g), 0)))
 	end := start + p
+	// Tokens of a window die with it: spent in the next one, what the store
+	// counted in this one would come on top of what it lends there (a
+	// sliding window's two-second lease over one-second windows let its one
+	// node admit 1,005 in a window of 1,000).
+	l.TTL = us(min(ttl, end-at))
 	if r.Algorithm == rules.FixedWindow {
-		// Tokens of a window die with it: the window never exceeds its limit.
-		l.TTL = us(min(ttl, end-at))
 		if g < req.Want && l.Remaining == 0 {
 			l.RetryAfter = us(end - at)
 		}

@@ -186,15 +186,12 @@ local function sorted_sum(xs)
 end
 
 -- window_reserve is core_absence.go's windowReserve: l/n for each absent
--- holder that may fall back in the window starting at start. fixed: a
--- fixed window, whose leases end with their window.
-local function window_reserve(st, now, start, fixed)
+-- holder that may fall back in the window starting at start. A window's
+-- leases end with their window.
+local function window_reserve(st, now, start)
   local xs
   for _, h in pairs(st.holders) do
-    local stop = h[1]
-    if fixed then
-      stop = min(stop, (h[8] + 1) * period)
-    end
+    local stop = min(h[1], (h[8] + 1) * period)
     if stop <= start and h[1] + absence > now then
       xs = xs or {}
       xs[#xs + 1] = limit / h[9]

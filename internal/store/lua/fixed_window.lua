@@ -24,7 +24,7 @@ end
 local function check(now, cost)
   local st = load(now, true) or fresh()
   local _, start, at = roll(st, now)
-  local used = st.t + window_reserve(st, now, start, true)
+  local used = st.t + window_reserve(st, now, start)
   local allowed = 0
   if used + cost <= limit then
     st.t = st.t + cost

@@ -39,7 +39,7 @@ local function acquire(now, req)
   end
   debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
-  local used = st.t + window_reserve(st, now, start, true)
+  local used = st.t + window_reserve(st, now, start)
   local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   lent(st, req.node, g)

@@ -139,9 +139,7 @@ local function replay(st, now, req, window)
   else
     epoch = (applied - fmod(applied, period)) / period
     remaining = floor(max(limit - st.t, 0))
-    if window == 'fixed' then
-      lease_ttl = max(min(ttl, (epoch + 1) * period - applied), 0)
-    end
+    lease_ttl = max(min(ttl, (epoch + 1) * period - applied), 0)
   end
   return { h[6], remaining, lease_ttl, 0, count, epoch, rate_reply(h[4]) }
 end

@@ -54,7 +54,7 @@ end
 local function check(now, cost)
   local st = load(now, true) or fresh()
   local _, start, at = roll(st, now)
-  local reserve = window_reserve(st, now, start, false)
+  local reserve = window_reserve(st, now, start)
   local used = estimate(st, at, start) + reserve
   local allowed = 0
   if used + cost <= limit then

@@ -41,7 +41,7 @@ local function acquire(now, req)
   end
   debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
   local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
-  local reserve = window_reserve(st, now, start, false)
+  local reserve = window_reserve(st, now, start)
   local used = estimate(st, at, start) + reserve
   local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
@@ -54,7 +54,8 @@ local function acquire(now, req)
   end
   st.x = max(start + 2 * period + ttl, kept_until(st))
   save(st, now)
-  return { g, remaining, ttl, retry, holders, epoch, '0' }
+  -- Tokens of a window die with it (core_window.go).
+  return { g, remaining, min(ttl, start + period - at), retry, holders, epoch, '0' }
 end
 
 -- A return is credited to the window it was leased in, while that window

@@ -121,6 +121,7 @@ func Run(t *testing.T, h Harness) {
 		{"AbsentHoldersAreKept", testAbsentHoldersAreKept},
 		{"BatchKeepsOrder", testBatchOrder},
 		{"FixedWindowLeaseEndsWithWindow", testFixedWindowLease},
+		{"SlidingWindowLeaseEndsWithWindow", testSlidingWindowLease},
 		{"FixedWindowDropsOldReturns", testFixedWindowOldReturn},
 		{"SlidingWindowCountsPrevious", testSlidingWindow},
 		{"FixedWindowSurvivesClockStepBack", testFixedWindowStepBack},

@@ -43,6 +43,18 @@ func testFixedWindowLease(t *testing.T, h Harness) {
 	}
 }
 
+// A sliding window's lease ends with its window too: spent in the next
+// window, its tokens would come on top of what the store lends there.
+func testSlidingWindowLease(t *testing.T, h Harness) {
+	s := h.New(t)
+	r := rule(t, rules.Rule{Name: "w", Algorithm: rules.SlidingWindow, Limit: 50, Period: slow,
+		Lease: rules.LeaseTuning{TTL: min(2*slow, rules.MaxLeaseTTL)}})
+	l := acquire(t, s, r, "k", "n", 30, 0)
+	if l.Granted != 30 || l.TTL <= 0 || l.TTL > slow {
+		t.Fatalf("lease %+v, want 30 granted for at most the window's rest (%v)", l, slow)
+	}
+}
+
 func testFixedWindowOldReturn(t *testing.T, h Harness) {
 	s := h.New(t)
 	const period = 100 * time.Millisecond
