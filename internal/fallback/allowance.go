@@ -33,8 +33,10 @@ type Allowance struct {
 	stamp  time.Duration
 	full   bool
 
-	// A window rule's count in window epoch; no window before from admits.
+	// A window rule's count in window epoch, which began (for certain) at
+	// start on the node's clock; no window before from admits.
 	epoch, used, from int64
+	start             time.Duration
 
 	// consumed is what it admitted and has not yet handed to a report,
 	// since is when the first of it was admitted (valid when consumed > 0).
@@ -161,7 +163,13 @@ func (a *Allowance) window(r *rules.Rule, nodes int, w Windows, now time.Duratio
 		return Result{RetryAfter: wait, ResetAfter: wait}
 	}
 	if a.epoch != lo {
-		a.epoch, a.used = lo, 0
+		// What the ended window admitted and no report has carried is not
+		// reported: the store counts a report in the window it began in,
+		// and that one is over.
+		a.epoch, a.used, a.start = lo, 0, start(lo)
+		if a.consumed > 0 && a.since < a.start {
+			a.consumed = 0
+		}
 	}
 	next := start(lo+1) - now
 	if a.used+n <= allowance {
@@ -203,13 +211,17 @@ func (a *Allowance) TakeConsumed(now time.Duration) (int64, time.Duration) {
 }
 
 // RestoreConsumed puts back a report that did not reach the allocator:
-// n tokens, the first admitted at since.
+// n tokens, the first admitted at since. A window rule's report of a window
+// that has ended is dropped (see window).
 func (a *Allowance) RestoreConsumed(n int64, since time.Duration) {
 	if n <= 0 {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.rule != nil && a.rule.Algorithm != rules.TokenBucket && since < a.start {
+		return
+	}
 	if a.consumed <= 0 || since < a.since {
 		a.since = since
 	}

@@ -73,6 +73,14 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 				return Verdict{Fallback: true, RetryAfter: r.Lease.Refresh}
 			}
 			a = k.newAllowance(served)
+		} else if !c.Down() && !mutate.On(mutate.FallbackWhileServed|mutate.FallbackInFlight) {
+			// The allocator answers again: the key's next grant decides, and
+			// its allowance waits for it. Admitted meanwhile, past the report
+			// the allocator counts, a window would lend what the allowance
+			// admits a second time (1,005 in a window of 1,000 as a node came
+			// back from a cut).
+			k.Refused(n)
+			return Verdict{Remaining: k.remaining(0), RetryAfter: k.leaseRetry(r, n, monoAt(now))}
 		}
 		res, ok := a.Decide(r, nodes, c.Windows(time.Duration(wall.UnixNano())-now), now, n)
 		if !ok {

@@ -107,9 +107,15 @@ func (k *KeyLease) takeConsumed(now mono) (int64, time.Duration) {
 }
 
 // restoreConsumed puts back the report of a request that did not reach
-// the allocator.
+// the allocator: into the key's allowance while it has one (which keeps of
+// a window rule's only what its current window admitted), else as owed.
 func (k *KeyLease) restoreConsumed(f *flight) {
-	k.owe(f.consumed, f.sent.Add(-f.age))
+	since := f.sent.Add(-f.age)
+	if a := k.fallback.Load(); a != nil && f.consumed > 0 {
+		a.RestoreConsumed(f.consumed, since.sinceOrigin())
+		return
+	}
+	k.owe(f.consumed, since)
 }
 
 // owe records n fallback admissions, the first at since, for the next

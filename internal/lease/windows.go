@@ -25,7 +25,9 @@ func (c *Core) learnWindows(r *rules.Rule, f *flight, g Grant, now mono) {
 	sent, answer := f.sent.sinceOrigin(), now.sinceOrigin()
 	end := time.Duration(g.Epoch+1) * p
 	lo, hi := time.Duration(g.Epoch)*p-answer, end-g.TTL-sent
-	if g.TTL < r.Lease.TTL {
+	// (The store counts in whole microseconds: a TTL is cut short only
+	// when it is short of the rule's in them.)
+	if g.TTL < r.Lease.TTL.Truncate(time.Microsecond) {
 		lo = max(lo, end-g.TTL-answer)
 	}
 	if lo > hi {
