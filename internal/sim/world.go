@@ -169,7 +169,7 @@ func RunScenario(seed uint64, sc *Scenario) Result {
 func newWorld(seed uint64, sc *Scenario) *World {
 	w := &World{sc: sc, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	w.trace = newTrace(200)
-	w.oracle = oracle.New(oracle.Config{Nodes: sc.givenNodes()})
+	w.oracle = oracle.New(oracle.Config{Nodes: sc.givenNodes(), Fleet: sc.Nodes})
 	w.store = &storeClock{w: w}
 	w.net = newNetwork(w)
 	w.rules = sc.Rules

@@ -84,7 +84,7 @@ func (o *Oracle) admitBucket(ks *keyState, ns *nodeState, node int, at time.Dura
 	c := &ks.checks
 	if c.bucket == nil {
 		c.bucket = &rateBound{}
-		c.second = newWindowSum(ks.rs, boundSecond, o.n, time.Second, time.Second, true)
+		c.second = newWindowSum(ks.rs, boundSecond, o.fleet, time.Second, time.Second, true)
 	}
 	o.judgeRate(ks, InvBucket, -1, at, c.bucket.admit(ks.rs, 0, float64(at), cost, vlo))
 	sv := c.second.add(at, cost, vlo)

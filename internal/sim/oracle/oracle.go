@@ -10,6 +10,11 @@ type Config struct {
 	// Nodes is the fleet size N the world runs: the N a node that knows
 	// its fleet divides the rule by for its fallback. Below 1 means 1.
 	Nodes int
+	// Fleet is how many nodes the world runs (Nodes, if 0): a token
+	// bucket's calm second may take one token more per node, the fraction of
+	// a token a share split below a token a node carries into it (see
+	// docs/simulation.md).
+	Fleet int
 	// Trace, when set, receives one line for every violation as it is
 	// found (a calm one may be withdrawn later, see Fault) and for every
 	// rule change and fault.
@@ -20,6 +25,7 @@ type Config struct {
 // Cut and ExpectFair excepted); an event earlier than the one before is a
 // usage violation and is not judged.
 type Oracle struct {
+	fleet   int // the world's fleet: the calm second's rounding term
 	cfg     Config
 	n       int
 	now     time.Duration
@@ -70,7 +76,11 @@ type nodeState struct {
 
 // New returns an Oracle for a fleet of cfg.Nodes nodes.
 func New(cfg Config) *Oracle {
-	return &Oracle{cfg: cfg, n: max(cfg.Nodes, 1), rules: map[string]*ruleState{}, keys: map[keyID]*keyState{}}
+	fleet := cfg.Fleet
+	if fleet <= 0 {
+		fleet = max(cfg.Nodes, 1)
+	}
+	return &Oracle{cfg: cfg, n: max(cfg.Nodes, 1), fleet: fleet, rules: map[string]*ruleState{}, keys: map[keyID]*keyState{}}
 }
 
 // tick moves the oracle's clock to at, or says the event is out of order.

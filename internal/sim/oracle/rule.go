@@ -184,7 +184,7 @@ func (rs *ruleState) rateParams(v, perNode int) params {
 type boundKind int
 
 const (
-	boundSecond    boundKind = iota // b + 1.1·r: a token bucket's calm second
+	boundSecond    boundKind = iota // b + 1.1·r + n: a token bucket's calm second
 	boundLimit                      // l: a store window, a sliding log
 	boundTwice                      // 2·l: a sliding window over P of true time
 	boundNodeLimit                  // ⌈l/N⌉: one node's unreserved fallback
@@ -202,7 +202,10 @@ func (rs *ruleState) bound(kind boundKind, lo, n int) float64 {
 	}
 	switch kind {
 	case boundSecond:
-		return b + 1.1*r
+		// n, the world's fleet: a share split below a token a node is
+		// earned in whole tokens, and each node may carry the fraction of
+		// one into the second.
+		return b + 1.1*r + float64(n)
 	case boundTwice:
 		return 2 * float64(l)
 	case boundNodeLimit:
