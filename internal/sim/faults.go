@@ -109,7 +109,9 @@ func drawFaults(rng *rand.Rand, sc *Scenario) Faults {
 		case 7:
 			step := time.Duration((rng.Float64()*2 - 1) * float64(3*time.Second))
 			f.add(sc, at, "store-clock-step", fmt.Sprintf("(%v)", step.Round(time.Millisecond)), func(w *World) {
+				before := w.store.at(w.now)
 				w.store.offset += step
+				w.oracle.StoreClockStep(w.now, before, w.store.at(w.now))
 				w.oracle.Fault(w.now, w.now+time.Millisecond, "store clock step")
 			})
 		case 8:

@@ -61,6 +61,14 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 		}
 	}
 	vlo := ks.rs.lookback(at)
+	if v.Algorithm == FixedWindow || v.Algorithm == SlidingWindow {
+		// The store never goes back in its windows: a clock stepped back
+		// keeps its later window and decides at its start. (A log is
+		// judged on the raw clock: stepped back, it keeps its entries
+		// longer, and is the stricter for it.)
+		storeAt = max(storeAt, ks.storeMax)
+		ks.storeMax = storeAt
+	}
 	switch v.Algorithm {
 	case TokenBucket:
 		o.admitBucket(ks, ns, node, at, cost, vlo, unreserved)
@@ -86,7 +94,7 @@ func (o *Oracle) admitBucket(ks *keyState, ns *nodeState, node int, at time.Dura
 		c.bucket = &rateBound{}
 		c.second = newWindowSum(ks.rs, boundSecond, o.fleet, time.Second, time.Second, true)
 	}
-	o.judgeRate(ks, InvBucket, -1, at, c.bucket.admit(ks.rs, 0, float64(at), cost, vlo))
+	o.judgeRate(ks, InvBucket, -1, at, c.bucket.admit(ks.rs, 0, float64(o.stepped(ks, at)), cost, vlo))
 	sv := c.second.add(at, cost, vlo)
 	switch {
 	case sv.ok:
@@ -120,6 +128,7 @@ func (o *Oracle) admitWindow(ks *keyState, ns *nodeState, node int, at, storeAt 
 	c := &ks.checks
 	if c.counts == nil {
 		c.counts = newWindowCounts(ks.rs, boundLimit, o.n, p)
+		c.counts.forward = &o.forward
 	}
 	o.judgeCount(ks, InvWindow, -1, at, p, c.counts.add(storeAt, cost, vlo))
 	if ks.rs.cur().Algorithm != SlidingWindow {

@@ -85,3 +85,40 @@ func (o *Oracle) calm(rule string, lo, hi, w time.Duration) bool {
 func (o *Oracle) excused(r *record) bool {
 	return r.calm && !o.calm(r.v.Rule, r.sLo, r.sHi, time.Second)
 }
+
+// storeStep is a step forward of the store's clock: it read before, then
+// after.
+type storeStep struct {
+	at, before, after time.Duration
+}
+
+// StoreClockStep says the store's clock stepped at true time at from
+// reading before to reading after (a failover to a replica whose clock is
+// ahead, or behind). A step back changes no bound: the store keeps its
+// windows and its log where they were (admissions are counted on its clock
+// as it counts them, never going back). A step forward of d lets what the
+// store lent before it be spent after it (docs/bounds.md, "Gaps, said"): a
+// token bucket's bounds grow by its refill over the step, min(b, r·d), from
+// the step on, and a window that the step's span [before, after + L]
+// touches may take one limit more. Record it with a Fault as well: it is
+// not calm.
+func (o *Oracle) StoreClockStep(at, before, after time.Duration) {
+	if after > before {
+		o.forward = append(o.forward, storeStep{at: at, before: before, after: after})
+	}
+}
+
+// stepped is the instant a token bucket's bounds judge an admission at:
+// true time, moved later by each forward step of the store's clock before
+// it, by the step or the time the bucket takes to refill, whichever is
+// less (the refill the step gave the store).
+func (o *Oracle) stepped(ks *keyState, at time.Duration) time.Duration {
+	v := ks.rs.cur()
+	fill := time.Duration(float64(v.Burst) / v.rate * 1e9)
+	for _, s := range o.forward {
+		if s.at <= at {
+			at += min(s.after-s.before, fill)
+		}
+	}
+	return at
+}

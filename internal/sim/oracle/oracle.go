@@ -25,7 +25,8 @@ type Config struct {
 // Cut and ExpectFair excepted); an event earlier than the one before is a
 // usage violation and is not judged.
 type Oracle struct {
-	fleet   int // the world's fleet: the calm second's rounding term
+	forward []storeStep // the store clock's steps forward
+	fleet   int         // the world's fleet: the calm second's rounding term
 	cfg     Config
 	n       int
 	now     time.Duration
@@ -52,6 +53,10 @@ type keyState struct {
 	checks checks // the epoch's bounds
 	acc    accuracy
 	fair   []int // indices in Oracle.fair
+	// storeMax is the latest store time of the key's admissions: windows
+	// are counted on the store's clock as the store counts them, never
+	// going back.
+	storeMax time.Duration
 }
 
 // checks are the fleet's bounds of one key in one epoch; the ones its

@@ -20,6 +20,9 @@ type windowCounts struct {
 	kind boundKind
 	n    int
 	ws   []wcount // ascending k, at most keepWindows
+	// forward are the store clock's steps forward: the windows their spans
+	// touch may take one limit more (see Oracle.StoreClockStep).
+	forward *[]storeStep
 }
 
 type wcount struct {
@@ -65,5 +68,14 @@ func (wc *windowCounts) add(storeAt time.Duration, c int64, v int) countVerdict 
 	w.sum += c
 	w.v = min(w.v, v)
 	bd := wc.rs.bound(wc.kind, w.v, wc.n)
+	if wc.forward != nil {
+		lo, hi := time.Duration(k)*wc.p, time.Duration(k+1)*wc.p
+		for _, s := range *wc.forward {
+			if s.before < hi && lo < s.after+wc.rs.maxTTL {
+				bd += wc.rs.bound(wc.kind, w.v, wc.n)
+				break
+			}
+		}
+	}
 	return countVerdict{ok: !exceeds(float64(w.sum), bd), k: k, sum: w.sum, bound: bd}
 }

@@ -1,0 +1,52 @@
+package oracle
+
+import (
+	"testing"
+	"time"
+)
+
+// manyS admits n requests of cost 1 at at, the store's clock at storeAt.
+func manyS(at, storeAt time.Duration, node, n int, m Mode) ev {
+	return func(o *Oracle) {
+		for range n {
+			o.Admitted(at, storeAt, node, "r", "k", 1, m)
+		}
+	}
+}
+
+func step(at, before, after time.Duration) ev {
+	return func(o *Oracle) { o.StoreClockStep(at, before, after) }
+}
+
+// The store's clock stepped back: the store keeps its later window and
+// decides at its start, so the oracle counts there too: a window does not
+// reopen, and the later one holds its limit.
+func TestStoreClockSteppedBack(t *testing.T) {
+	const t0, t1 = 2500 * ms, 2600 * ms
+	r := window(FixedWindow, 5, time.Second)
+	runCases(t, []tcase{
+		{name: "the later window holds its limit", evs: []ev{setRule(0, r), manyS(t0, t0, 1, 5, Lease),
+			step(t1, t1, 700*ms), manyS(t1, 700*ms, 1, 1, Lease)},
+			want: []want{{inv: InvWindow, node: -1, from: 2 * time.Second, to: 3 * time.Second, store: true, measured: 6, bound: 5}}},
+	})
+}
+
+// The store's clock stepped forward: what it lent before may be spent
+// after, in a later window, and a bucket refills the step's worth.
+func TestStoreClockSteppedForward(t *testing.T) {
+	const t0, t1, t2 = 500 * ms, 600 * ms, 700 * ms
+	w := window(FixedWindow, 5, time.Second)
+	b := bucket(time.Second) // b 10, r 10/s, L 1 s
+	runCases(t, []tcase{
+		{name: "a window the step lands in may take a limit more", evs: []ev{setRule(0, w), manyS(t0, t0, 1, 5, Lease),
+			step(t1, t1, 2600*ms), manyS(t2, 2700*ms, 1, 6, Lease)}},
+		{name: "without the step, it may not", evs: []ev{setRule(0, w), manyS(t0, t0, 1, 5, Lease),
+			manyS(t2, 2700*ms, 1, 6, Lease)},
+			want: []want{{inv: InvWindow, node: -1, from: 2 * time.Second, to: 3 * time.Second, store: true, measured: 6, bound: 5}}},
+		{name: "a bucket refilled by the step", evs: []ev{faulty(0, 2*time.Second), setRule(0, b), many(0, 1, 20, Lease),
+			step(t0, t0, t0+time.Second), many(t0, 1, 10, Lease)}},
+		{name: "a bucket without it", evs: []ev{faulty(0, 2*time.Second), setRule(0, b), many(0, 1, 20, Lease),
+			many(t0, 1, 10, Lease)},
+			want: []want{{inv: InvBucket, node: -1, from: 0, to: t0, measured: 26, bound: 25}}},
+	})
+}
