@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +43,17 @@ type run struct {
 
 	mu sync.Mutex
 	at []int64 // every admission's instant, sorted once the run is over
+
+	cpu time.Duration // the process's CPU time (user and system) over the run
+}
+
+// cpuTime is the CPU time this process has used.
+func cpuTime() time.Duration {
+	var u syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &u) != nil {
+		return 0
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
 func newRun(r *rules.Rule, d time.Duration, n int) *run {
@@ -130,17 +142,19 @@ func (r *run) worstStoreWindow() (worst int64) {
 	return worst
 }
 
-// worstSecond is the most admitted in any second [t, t+1s), t any instant:
-// the best window starts at an admission.
-func (r *run) worstSecond() int {
-	worst := 0
+// worstSecond is the most admitted in any second [t, t+1s), t any
+// instant (the best window starts at an admission), and where that second
+// starts.
+func (r *run) worstSecond() (worst int, from time.Duration) {
 	for i, j := 0, 0; j < len(r.at); j++ {
 		for r.at[j]-r.at[i] >= int64(time.Second) {
 			i++
 		}
-		worst = max(worst, j-i+1)
+		if j-i+1 > worst {
+			worst, from = j-i+1, time.Duration(r.at[i])
+		}
 	}
-	return worst
+	return worst, from
 }
 
 // boundSlack is the least, over every window [t, t+T) with T ≥ 1 s, of
@@ -151,7 +165,8 @@ func (r *run) worstSecond() int {
 // before at[j] - 1 s.
 func (r *run) boundSlack() (slack float64, T time.Duration) {
 	burst, rate, ttl := float64(r.rule.Burst), r.rule.Rate(), r.rule.Lease.TTL.Seconds()
-	slack, T = burst+rate*(1+ttl)-float64(r.worstSecond()), time.Second
+	worst, _ := r.worstSecond()
+	slack, T = burst+rate*(1+ttl)-float64(worst), time.Second
 	sec := func(at int64) float64 { return float64(at) / 1e9 }
 	best, bestAt := math.Inf(1), int64(0)
 	for i, j := 0, 0; j < len(r.at); j++ {
@@ -178,8 +193,8 @@ func (r *run) boundSlack() (slack float64, T time.Duration) {
 func (r *run) checkBounds(t *testing.T) {
 	t.Helper()
 	burst, rate := float64(r.rule.Burst), r.rule.Rate()
-	if w := float64(r.worstSecond()); w > burst+1.1*rate {
-		t.Errorf("worst 1s window admitted %.0f > burst + 1.1·rate = %.0f", w, burst+1.1*rate)
+	if w, from := r.worstSecond(); float64(w) > burst+1.1*rate {
+		t.Errorf("the second from %v admitted %d > burst + 1.1·rate = %.0f", from.Round(time.Millisecond), w, burst+1.1*rate)
 	}
 	if slack, T := r.boundSlack(); slack < 0 {
 		t.Errorf("a %v window admitted %.0f more than burst + rate·(T + ttl) = %.0f", T.Round(time.Millisecond), -slack,
@@ -211,12 +226,14 @@ func (r *run) report(t *testing.T, what string) float64 {
 		per[i] = fmt.Sprint(r.perNode[i].Load())
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: admitted %d of ideal %.0f = %.3f; worst 1s %d = %.2f of burst + rate; least slack to burst + rate·(T + ttl) %.0f (T %v)",
-		what, a, ideal, float64(a)/ideal, r.worstSecond(), float64(r.worstSecond())/(burst+rate), slack, T.Round(time.Millisecond))
+	worst, from := r.worstSecond()
+	fmt.Fprintf(&b, "%s: admitted %d of ideal %.0f = %.3f; worst 1s %d = %.2f of burst + rate (from %v); least slack to burst + rate·(T + ttl) %.0f (T %v)",
+		what, a, ideal, float64(a)/ideal, worst, float64(worst)/(burst+rate), from.Round(time.Millisecond), slack, T.Round(time.Millisecond))
 	if r.rule.Algorithm == rules.FixedWindow {
 		fmt.Fprintf(&b, "; worst store window %d of %d", r.worstStoreWindow(), r.rule.Limit)
 	}
-	fmt.Fprintf(&b, "; fallback decisions %d of %d offered; per node %s", fallback, r.offered.Load(), strings.Join(per, " "))
+	fmt.Fprintf(&b, "; fallback decisions %d of %d offered; per node %s; cpu %.1f cores", fallback, r.offered.Load(), strings.Join(per, " "),
+		r.cpu.Seconds()/r.length.Seconds())
 	t.Log(b.String())
 	if os.Getenv("FLEET_LOG") != "" {
 		t.Logf("admitted per %v: %s", binWidth, r.timeline())
