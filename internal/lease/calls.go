@@ -168,6 +168,12 @@ func (c *Core) Answer(call *Call, ans Answer, err error, took, at time.Duration)
 		c.fleet.Store(int32(min(ans.Nodes, 1<<30)))
 	}
 	for i, k := range call.keys {
+		if k.phase == phaseLeft {
+			// It left its table while its request was out (its rule went):
+			// what the grant lent dies with its lease in the allocator.
+			k.req.inFlight = nil
+			continue
+		}
 		if f := k.req.inFlight; f != nil {
 			c.grant(k, f, ans.Grants[i], now)
 		}
@@ -188,7 +194,8 @@ func (c *Core) failed(call *Call, err error, now mono) {
 	isRej := errors.As(err, &rej)
 	for i, k := range call.keys {
 		f := k.req.inFlight
-		if f == nil {
+		if f == nil || k.phase == phaseLeft {
+			k.req.inFlight = nil
 			continue
 		}
 		if isRej && rej.Request == i {
@@ -207,7 +214,9 @@ func (c *Core) failed(call *Call, err error, now mono) {
 	}
 	defer func() {
 		for _, k := range call.keys {
-			c.settled(k, now)
+			if k.phase != phaseLeft {
+				c.settled(k, now)
+			}
 		}
 	}()
 	if errors.Is(err, ErrRejected) {

@@ -149,7 +149,7 @@ func (k *KeyLease) wantTokens() int64 {
 // rule 4) and keep its share for it. A key with other holders gives its
 // share back instead (giveBack), so that they have it sooner.
 func (c *Core) lapse(k *KeyLease, now mono) bool {
-	if k.shareRate() <= 0 || k.phase == phaseGivingBack || k.req.unacked != nil || k.owes() || k.Holders() > 1 {
+	if k.shareRate() <= 0 || k.phase == phaseGivingBack || k.req.inFlight != nil || k.req.unacked != nil || k.owes() || k.Holders() > 1 {
 		return false
 	}
 	c.taken(k, k.sample(&c.env, now))

@@ -86,10 +86,11 @@ func (o *Oracle) excused(r *record) bool {
 	return r.calm && !o.calm(r.v.Rule, r.sLo, r.sHi, time.Second)
 }
 
-// storeStep is a step forward of the store's clock: it read before, then
-// after.
+// storeStep is a step of the store's clock, over the store times it spans
+// (before ≤ after whichever way it went).
 type storeStep struct {
 	at, before, after time.Duration
+	ahead             bool // forward: a bucket refilled the step's worth
 }
 
 // StoreClockStep says the store's clock stepped at true time at from
@@ -102,9 +103,17 @@ type storeStep struct {
 // the step on, and a window that the step's span [before, after + L]
 // touches may take one limit more. Record it with a Fault as well: it is
 // not calm.
+//
+// A step either way also misplaces, by the step, the store's windows on
+// the clocks of the nodes that learned them before it: a node cut off
+// counts its fallback allowance in windows off by the step until it hears
+// from the allocator. A window the span [min(before, after), max(before,
+// after) + L] touches is held to twice its limit whichever way the clock
+// went.
 func (o *Oracle) StoreClockStep(at, before, after time.Duration) {
-	if after > before {
-		o.forward = append(o.forward, storeStep{at: at, before: before, after: after})
+	lo, hi := min(before, after), max(before, after)
+	if after > before || lo < hi {
+		o.forward = append(o.forward, storeStep{at: at, before: lo, after: hi, ahead: after > before})
 	}
 }
 
@@ -116,7 +125,7 @@ func (o *Oracle) stepped(ks *keyState, at time.Duration) time.Duration {
 	v := ks.rs.cur()
 	fill := time.Duration(float64(v.Burst) / v.rate * 1e9)
 	for _, s := range o.forward {
-		if s.at <= at {
+		if s.at <= at && s.ahead {
 			at += min(s.after-s.before, fill)
 		}
 	}

@@ -246,6 +246,10 @@ func (o *Oracle) Restarted(at time.Duration, node int) {
 	for _, ks := range o.keys {
 		if ns := ks.nodes[node]; ns != nil {
 			ns.freshFallback()
+			// The new process holds nothing: until it is granted a lease,
+			// its fallback is on a fresh allowance the store keeps nothing
+			// for (the store may still reserve for its former self).
+			ns.release()
 		}
 	}
 }
