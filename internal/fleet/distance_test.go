@@ -138,7 +138,7 @@ func runDistance(t *testing.T, c distanceCase) {
 	got := r.report(t, c.name)
 	r.checkBounds(t)
 	if want := c.want(f.rule); want > 0 && got < want {
-		t.Errorf("admitted/ideal %.3f, want at least %.2f", got, want)
+		t.Errorf("admitted/ideal %.4f, want at least %.2f", got, want)
 	}
 }
 
@@ -208,7 +208,7 @@ func TestLoadedNodes(t *testing.T) {
 	got := r.report(t, "lease calls delayed 50-300ms")
 	r.checkBounds(t)
 	if got < 0.97 {
-		t.Errorf("admitted/ideal %.3f, want at least 0.97", got)
+		t.Errorf("admitted/ideal %.4f, want at least 0.97", got)
 	}
 }
 
@@ -231,6 +231,6 @@ func TestShiftingLoad(t *testing.T) {
 	got := r.report(t, "load moving between halves every 500ms")
 	r.checkBounds(t)
 	if got < 0.95 {
-		t.Errorf("admitted/ideal %.3f, want at least 0.95", got)
+		t.Errorf("admitted/ideal %.4f, want at least 0.95", got)
 	}
 }

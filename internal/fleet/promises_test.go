@@ -32,7 +32,7 @@ func TestSaturated(t *testing.T) {
 	got := r.report(t, "32 callers spinning at 50x")
 	r.checkBounds(t)
 	if got < 0.95 {
-		t.Errorf("admitted/ideal %.3f, want at least 0.95", got)
+		t.Errorf("admitted/ideal %.4f, want at least 0.95", got)
 	}
 }
 
@@ -68,7 +68,7 @@ func TestChurn(t *testing.T) {
 	got := r.report(t, fmt.Sprintf("a node replaced every second, %d nodes in all", f.gen))
 	r.checkBounds(t)
 	if got < 0.95 {
-		t.Errorf("admitted/ideal %.3f, want at least 0.95", got)
+		t.Errorf("admitted/ideal %.4f, want at least 0.95", got)
 	}
 }
 
