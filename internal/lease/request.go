@@ -196,10 +196,17 @@ func (e *env) latestRenewal(k *KeyLease) time.Duration {
 // refresh interval.
 func (e *env) retryDelay(k *KeyLease, retryAfter time.Duration) time.Duration {
 	r := k.Rule()
-	if r.Algorithm == rules.SlidingWindow {
-		retryAfter = r.Lease.Refresh
+	refresh := r.Lease.Refresh
+	if r.Algorithm != rules.TokenBucket {
+		// A window's room is lent between the holders that ask: what the
+		// allocator keeps for the others is theirs only if they ask again
+		// before the window ends, so a window is asked of ten times.
+		refresh = min(refresh, r.Period/10)
 	}
-	d := max(min(max(retryAfter, r.Lease.Refresh), r.Lease.TTL, fillTime(r)/2), time.Millisecond)
+	if r.Algorithm == rules.SlidingWindow {
+		retryAfter = refresh
+	}
+	d := max(min(max(retryAfter, refresh), r.Lease.TTL, fillTime(r)/2), time.Millisecond)
 	return time.Duration(float64(d) * (0.75 + 0.5*e.rng.Float64()))
 }
 
