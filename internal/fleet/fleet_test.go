@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -264,6 +265,7 @@ func (f *fleet) run(d time.Duration, l load) *run {
 		step = min(max(time.Duration(float64(time.Second)*float64(callers)/l.peak), step), 20*time.Millisecond)
 	}
 	cpu := cpuTime()
+	busy, total := machineTicks()
 	r := newRun(f.rule, d, len(f.slots))
 	ctx, cancel := context.WithTimeout(context.Background(), d+f.s.roundTrip+time.Second)
 	defer cancel() // (a caller waiting on a first lease at the end is let go)
@@ -278,6 +280,9 @@ func (f *fleet) run(d time.Duration, l load) *run {
 	}
 	wg.Wait()
 	r.cpu = cpuTime() - cpu
+	if busy1, total1 := machineTicks(); total1 > total {
+		r.machine = float64(busy1-busy) / float64(total1-total) * float64(runtime.NumCPU())
+	}
 	r.finish()
 	return r
 }

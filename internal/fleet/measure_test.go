@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +46,29 @@ type run struct {
 	at []int64 // every admission's instant, sorted once the run is over
 
 	cpu time.Duration // the process's CPU time (user and system) over the run
+	// machine is the whole machine's busy CPUs over the run, every
+	// process's: what the fleet's measurements shared the machine with.
+	machine float64
+}
+
+// machineTicks reads the machine's busy and total CPU time, in ticks of
+// every CPU, from /proc/stat (zero where there is none).
+func machineTicks() (busy, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	for i, f := range fields[1:min(len(fields), 9)] { // (guest time is in user's already)
+		var n int64
+		fmt.Sscan(f, &n)
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total
 }
 
 // cpuTime is the CPU time this process has used.
@@ -232,8 +256,8 @@ func (r *run) report(t *testing.T, what string) float64 {
 	if r.rule.Algorithm == rules.FixedWindow {
 		fmt.Fprintf(&b, "; worst store window %d of %d", r.worstStoreWindow(), r.rule.Limit)
 	}
-	fmt.Fprintf(&b, "; fallback decisions %d of %d offered; per node %s; cpu %.1f cores", fallback, r.offered.Load(), strings.Join(per, " "),
-		r.cpu.Seconds()/r.length.Seconds())
+	fmt.Fprintf(&b, "; fallback decisions %d of %d offered; per node %s; cpu: this process %.1f, the machine %.1f of %d",
+		fallback, r.offered.Load(), strings.Join(per, " "), r.cpu.Seconds()/r.length.Seconds(), r.machine, runtime.NumCPU())
 	t.Log(b.String())
 	if os.Getenv("FLEET_LOG") != "" {
 		t.Logf("admitted per %v: %s", binWidth, r.timeline())
