@@ -56,8 +56,7 @@ func (c *Core) leave(k *KeyLease) (Return, bool) {
 	c.delayed.cancel(k)
 	k.table.keys.remove(k.key, k)
 	k.set(bitAsleep, false)
-	tokens := k.takeOverflow() + k.req.unused
-	k.req.unused = 0
+	tokens := k.takeOverflow() + k.unusedNow()
 	if held > 0 && k.spans.k > 0 {
 		tokens += held
 	}

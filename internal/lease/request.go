@@ -30,8 +30,7 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 	if f == nil {
 		r := k.Rule()
 		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
-			returned: k.takeOverflow() + k.req.unused, returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e)}
-		k.req.unused = 0
+			returned: k.takeOverflow() + k.unusedNow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e)}
 		if !k.sent && !mutate.On(mutate.SizeByHistory) {
 			// The first request asks for what is already waiting on it; a hot
 			// key's lease then doubles until it keeps up (sample). (Asking

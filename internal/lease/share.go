@@ -111,11 +111,11 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 		if overlap := min(now, s.end).Sub(f.sent); overlap > 0 {
 			twice := (s.rate - g.Rate) * overlap.Seconds()
 			owed := min(twice, float64(s.pooled))
-			dropped := min(int64(math.Ceil(twice-owed)), s.overflow)
+			dropped := min(int64(math.Floor(twice-owed)), s.overflow)
 			if mutate.On(mutate.OweWholeOverlap) {
 				owed, dropped = twice, 0
 			}
-			s.accrued -= owed
+			s.accrued -= owed + min(twice-owed-float64(dropped), 1)
 			s.overflow -= dropped
 		}
 	}

@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
 
 // requestState is a key's request on its way, or to send again, and the
 // fallback admissions it owes a report of.
@@ -18,6 +22,9 @@ type requestState struct {
 	// at the store (it ends a sweep later there), they are credited, and a
 	// window that lent them is not spent by them.
 	unused int64
+	// unusedEpoch is the window the unused tokens were lent in (window
+	// rules): a return names the window it credits.
+	unusedEpoch int64
 }
 
 // flight is one key's part of an Acquire in flight.
@@ -81,5 +88,19 @@ func (k *KeyLease) takeOverflow() int64 {
 	}
 	n := k.share.overflow
 	k.share.overflow = 0
+	return n
+}
+
+// unusedNow takes the unused tokens for a return that names the key's
+// epoch: a window rule's tokens of an older window than the newest lease's
+// are dropped, as their window has ended (returned under the new window's
+// epoch, they were credited there and lent again: a fixed window of 1,000
+// admitted 1,008).
+func (k *KeyLease) unusedNow() int64 {
+	n := k.req.unused
+	if k.Rule().Algorithm != rules.TokenBucket && k.req.unusedEpoch != k.epoch.Load() {
+		n = 0
+	}
+	k.req.unused = 0
 	return n
 }

@@ -78,22 +78,22 @@ func TestBucketReload(t *testing.T) {
 func TestBucketSecond(t *testing.T) {
 	const t0, t1, t2 = 0, time.Second, time.Second + ms
 	r := bucket(time.Second)
-	// b + 1.1·r + 1: one node, one token it may carry in a fraction.
-	past := []ev{setRule(t0, r), many(t0, 1, 15, Lease), many(t1, 2, 8, Lease)}
-	second := want{inv: InvBucketSecond, node: -1, from: t0, to: t1, measured: 23, bound: 22}
+	// b + 1.1·r + 2: one node, its capped token and one it may carry in a fraction.
+	past := []ev{setRule(t0, r), many(t0, 1, 15, Lease), many(t1, 2, 9, Lease)}
+	second := want{inv: InvBucketSecond, node: -1, from: t0, to: t1, measured: 24, bound: 23}
 	runCases(t, []tcase{
-		{name: "at the bound", evs: []ev{setRule(t0, r), many(t0, 1, 15, Lease), many(t1, 2, 7, Lease)}},
+		{name: "at the bound", evs: []ev{setRule(t0, r), many(t0, 1, 15, Lease), many(t1, 2, 8, Lease)}},
 		{name: "past it", evs: past, want: []want{second}},
-		{name: "the second's ends both count, not beyond", evs: []ev{setRule(t0, r), many(t0, 1, 15, Lease), many(t2, 2, 8, Lease)}},
+		{name: "the second's ends both count, not beyond", evs: []ev{setRule(t0, r), many(t0, 1, 15, Lease), many(t2, 2, 9, Lease)}},
 		{name: "a fault far away", evs: append([]ev{faulty(5*time.Second, 6*time.Second)}, past...), want: []want{second}},
 		// The excuse is [from − L, to + L) = [0.5 s, 3 s).
 		{name: "not calm: a fault recorded before", evs: append([]ev{faulty(1500*ms, 2*time.Second)}, past...)},
 		{name: "not calm: a fault recorded after", evs: append(past, faulty(1500*ms, 2*time.Second))},
 		{name: "not calm: a fault ended less than L before",
-			evs: []ev{faulty(1500*ms, 2100*ms), setRule(t0, r), many(3*time.Second, 1, 15, Lease), many(4*time.Second, 2, 8, Lease)}},
+			evs: []ev{faulty(1500*ms, 2100*ms), setRule(t0, r), many(3*time.Second, 1, 15, Lease), many(4*time.Second, 2, 9, Lease)}},
 		{name: "calm: a fault ended L before",
-			evs:  []ev{faulty(1500*ms, 2*time.Second), setRule(t0, r), many(3*time.Second, 1, 15, Lease), many(4*time.Second, 2, 8, Lease)},
-			want: []want{{inv: InvBucketSecond, node: -1, from: 3 * time.Second, to: 4 * time.Second, measured: 23, bound: 22}}},
+			evs:  []ev{faulty(1500*ms, 2*time.Second), setRule(t0, r), many(3*time.Second, 1, 15, Lease), many(4*time.Second, 2, 9, Lease)},
+			want: []want{{inv: InvBucketSecond, node: -1, from: 3 * time.Second, to: 4 * time.Second, measured: 24, bound: 23}}},
 	})
 }
 
@@ -101,10 +101,10 @@ func TestBucketSecond(t *testing.T) {
 // breach of the episode, which the fault does not excuse.
 func TestBucketSecondEpisodeAfterExcuse(t *testing.T) {
 	const t0, t1, t2 = 10 * time.Second, 11 * time.Second, 11900 * ms
-	o := run(1, []ev{setRule(0, bucket(time.Second)), many(t0, 1, 15, Lease), many(t1, 2, 8, Lease)})
+	o := run(1, []ev{setRule(0, bucket(time.Second)), many(t0, 1, 15, Lease), many(t1, 2, 9, Lease)})
 	// Excuses the 1-s windows starting in [6 s, 10.4 s): [t0, t1], not
 	// [t1, t2].
 	o.Fault(8*time.Second, 9400*ms, "late")
-	admS(t2, t2, 3, 15, Lease)(o) // [t1, t2] holds 23 > 22; the fleet's [t0, t2] 38 ≤ 39
-	check(t, o.Violations(), []want{{inv: InvBucketSecond, node: -1, from: t1, to: t2, measured: 23, bound: 22}})
+	admS(t2, t2, 3, 15, Lease)(o) // [t1, t2] holds 24 > 23; the fleet's [t0, t2] 39 ≤ 39
+	check(t, o.Violations(), []want{{inv: InvBucketSecond, node: -1, from: t1, to: t2, measured: 24, bound: 23}})
 }

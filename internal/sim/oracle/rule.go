@@ -205,7 +205,7 @@ func (rs *ruleState) bound(kind boundKind, lo, n int) float64 {
 		// n, the world's fleet: a share split below a token a node is
 		// earned in whole tokens, and each node may carry the fraction of
 		// one into the second.
-		return b + 1.1*r + float64(n)
+		return b + 1.1*r + 2*float64(n)
 	case boundTwice:
 		return 2 * float64(l)
 	case boundNodeLimit:
