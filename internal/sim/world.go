@@ -85,7 +85,13 @@ type Result struct {
 func (r Result) Failed() bool { return len(r.Violations) > 0 || r.accuracyMissed() }
 
 func (r Result) accuracyMissed() bool {
-	return r.Report.Calm && r.Report.Ideal >= minIdeal && r.Report.Ratio < r.accuracyTarget() && r.judged()
+	return r.isJudged() && r.Report.Ratio < r.accuracyTarget()
+}
+
+// isJudged says whether the run's accuracy is a verdict: a calm run, with
+// an ideal large enough to say something, in a judged setting.
+func (r Result) isJudged() bool {
+	return r.Report.Calm && r.Report.Ideal >= minIdeal && r.judged()
 }
 
 // judged says whether a calm run's accuracy is a verdict: not when the
