@@ -37,6 +37,7 @@ func TestSeeds(t *testing.T) {
 	}
 	results := runAll(list)
 	failed, judged := 0, 0
+	var broke []string
 	var missed []string
 	coverage := map[string]int{}
 	for i, r := range results {
@@ -48,6 +49,7 @@ func TestSeeds(t *testing.T) {
 		}
 		if len(r.Violations) > 0 {
 			failed++
+			broke = append(broke, fmt.Sprint(list[i]))
 			if failed <= 5 {
 				t.Errorf("%s", r)
 			}
@@ -60,7 +62,7 @@ func TestSeeds(t *testing.T) {
 		}
 	}
 	if failed > 0 {
-		t.Errorf("%d of %d seeds broke a bound; replay one with -seed N", failed, len(results))
+		t.Errorf("%d of %d seeds broke a bound (%s); replay one with -seed N", failed, len(results), strings.Join(broke, " "))
 	}
 	t.Logf("accuracy: %d calm runs judged, %d at their target, %d below: %s", judged, judged-len(missed), len(missed), strings.Join(missed, ", "))
 	var kinds []string
