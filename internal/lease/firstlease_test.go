@@ -24,8 +24,13 @@ func TestNewKeyWaitsForItsFirstLease(t *testing.T) {
 				return nil
 			}},
 		{name: "t1: still waiting while it is on its way", at: time.Millisecond,
-			do:   func(g *rig) { v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, true) },
-			want: func(g *rig) error { return verdict(v, false, false, true) }},
+			do: func(g *rig) { v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, true) },
+			want: func(g *rig) error {
+				if k := g.key("api", "k"); k.phase != phaseNew {
+					return fmt.Errorf("phase %v, want new", k.phase)
+				}
+				return verdict(v, false, false, true)
+			}},
 		{name: "t2: answered", at: 2 * time.Millisecond,
 			do: func(g *rig) { g.answer(); v = g.decide("api", "k", 1) },
 			want: func(g *rig) error {

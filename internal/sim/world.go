@@ -212,5 +212,3 @@ func oracleRule(r *rules.Rule) oracle.Rule {
 	return oracle.Rule{Name: r.Name, Algorithm: alg, Limit: r.Limit, Period: r.Period, TTL: r.Lease.TTL, Burst: r.Burst,
 		FailClosed: r.Failure == rules.FailClosed, Strict: r.Strict || r.Algorithm == rules.SlidingLog, Absence: r.Lease.Absence()}
 }
-
-func popEvent(w *World) event { return heap.Pop(&w.events).(event) }

@@ -18,11 +18,6 @@ func setRule(at time.Duration, r Rule) ev {
 	return func(o *Oracle) { r.Name = "r"; o.SetRule(at, r) }
 }
 
-// adm admits cost at at by node, the store's clock at at too.
-func adm(at time.Duration, node int, cost int64, m Mode) ev {
-	return admS(at, at, node, cost, m)
-}
-
 func admS(at, storeAt time.Duration, node int, cost int64, m Mode) ev {
 	return func(o *Oracle) { o.Admitted(at, storeAt, node, "r", "k", cost, m) }
 }
