@@ -35,6 +35,9 @@ type rig struct {
 	sent  [][]Request
 	rets  []Return // what Releases gave back
 	start time.Duration
+	// nodes is the fleet size: what Config.Nodes says (unless a test
+	// configures its own) and what decide's fallback divides by.
+	nodes int
 }
 
 // testRules are the rules the rigs use.
@@ -67,6 +70,11 @@ rules:
     limit: 100
     period: 1s
     failure: closed
+  - name: win10
+    algorithm: fixed_window
+    limit: 100
+    period: 10s
+    lease: { ttl: 1s }
 `
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -84,12 +92,13 @@ func newRig(t *testing.T, configure func(*Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	g := &rig{t: t, set: set, clk: clk, st: st, srv: srv, node: "n1", start: clk.Mono(), nodes: 1}
 	// No pacing between calls: each step is a call of its own.
-	cfg := Config{Logger: quiet, Rand: rand.New(rand.NewPCG(1, 2)), CallGap: time.Nanosecond, Sweep: 10 * time.Millisecond}
+	cfg := Config{Logger: quiet, Rand: rand.New(rand.NewPCG(1, 2)), CallGap: time.Nanosecond, Sweep: 10 * time.Millisecond,
+		Nodes: func() int { return g.nodes }}
 	if configure != nil {
 		configure(&cfg)
 	}
-	g := &rig{t: t, set: set, clk: clk, st: st, srv: srv, node: "n1", start: clk.Mono()}
 	g.core = NewCore(cfg, clk.Mono())
 	return g
 }
@@ -116,6 +125,29 @@ func (g *rig) to(at time.Duration) {
 	g.turn()
 }
 
+// through moves the clock to at as the Manager's loop would: turning the
+// Core at every instant NextWake names on the way (its deadlines, sweeps
+// and calls, each at its own time), then at at. The calls made on the way
+// stay out.
+func (g *rig) through(at time.Duration) {
+	g.t.Helper()
+	for range 100_000 {
+		wake, ok := g.core.NextWake()
+		if !ok || wake-g.start >= at {
+			break
+		}
+		if wake <= g.now() { // (due now: a turn left work for this instant)
+			g.turn()
+			if w, ok := g.core.NextWake(); ok && w <= g.now() {
+				g.t.Fatalf("the Core wants to wake at %v again after a turn at %v", w-g.start, g.now()-g.start)
+			}
+			continue
+		}
+		g.to(wake - g.start)
+	}
+	g.to(at)
+}
+
 // turn runs the Core at now and takes the calls it makes; Releases reach
 // the store at once.
 func (g *rig) turn() {
@@ -140,17 +172,143 @@ func (g *rig) answer() {
 	out := g.out
 	g.out = nil
 	for _, c := range out {
-		resp, err := g.srv.Acquire(context.Background(), AcquireProto(g.node, c.Requests))
-		if err != nil {
-			if status.Code(err) == codes.InvalidArgument || status.Code(err) == codes.NotFound {
-				err = &Rejection{Request: -1, Err: err}
-			}
-			g.core.Answer(c, Answer{}, err, 0, g.now())
-			continue
-		}
-		g.core.Answer(c, AnswerOf(resp), nil, time.Millisecond, g.now())
+		g.bring(c)
 	}
 	g.turn()
+}
+
+// answerCall answers only the i-th call out (in the order they left), as
+// answer does; the others stay out.
+func (g *rig) answerCall(i int) {
+	g.t.Helper()
+	if i >= len(g.out) {
+		g.t.Fatalf("answerCall(%d): %d calls out", i, len(g.out))
+	}
+	c := g.out[i]
+	g.out = append(g.out[:i:i], g.out[i+1:]...)
+	g.bring(c)
+	g.turn()
+}
+
+// bring applies one call at the store now and brings its answer back now.
+func (g *rig) bring(c *Call) {
+	ans, err := g.apply(c)
+	took := time.Millisecond
+	if err != nil {
+		took = 0
+	}
+	g.core.Answer(c, ans, err, took, g.now())
+}
+
+// apply has the allocator apply one call now: what the node would get back.
+func (g *rig) apply(c *Call) (Answer, error) {
+	resp, err := g.srv.Acquire(context.Background(), AcquireProto(g.node, c.Requests))
+	if err != nil {
+		if status.Code(err) == codes.InvalidArgument || status.Code(err) == codes.NotFound {
+			err = &Rejection{Request: -1, Err: err}
+		}
+		return Answer{}, err
+	}
+	return AnswerOf(resp), nil
+}
+
+// lose has the store apply every call out, and loses the answers on their
+// way back: the node sees each call fail as an unreachable allocator does.
+// It returns what the store answered, call by call.
+func (g *rig) lose() []Answer {
+	g.t.Helper()
+	out := g.out
+	g.out = nil
+	var lost []Answer
+	for _, c := range out {
+		ans, err := g.apply(c)
+		if err != nil {
+			g.t.Fatalf("lose: the store refused the call: %v", err)
+		}
+		lost = append(lost, ans)
+		g.core.Answer(c, Answer{}, errCut, 0, g.now())
+	}
+	g.turn()
+	return lost
+}
+
+// reject has the allocator refuse every call out before the store sees it:
+// naming request i of each, or the call as a whole when i is -1; then it
+// turns.
+func (g *rig) reject(i int) {
+	out := g.out
+	g.out = nil
+	for _, c := range out {
+		g.core.Answer(c, Answer{}, &Rejection{Request: i, Err: errRefused}, 0, g.now())
+	}
+	g.turn()
+}
+
+var errRefused = errors.New("refused by the allocator")
+
+// acquireAs asks the allocator for a lease on key as another node, now:
+// another holder of the key.
+func (g *rig) acquireAs(node, rule, key string, want int64, rate float64) Grant {
+	g.t.Helper()
+	return g.requestAs(node, Request{Rule: rule, Key: key, Want: want, WantRate: rate})
+}
+
+// requestAs sends one request to the allocator as another node, now (a
+// report of what it admitted on its fallback, say).
+func (g *rig) requestAs(node string, req Request) Grant {
+	g.t.Helper()
+	resp, err := g.srv.Acquire(context.Background(), AcquireProto(node, []Request{req}))
+	if err != nil {
+		g.t.Fatalf("%s's acquire: %v", node, err)
+	}
+	return AnswerOf(resp).Grants[0]
+}
+
+// requests is every request the node sent for key, in the order they
+// left.
+func (g *rig) requests(key string) []Request {
+	var out []Request
+	for _, reqs := range g.sent {
+		for _, r := range reqs {
+			if r.Key == key {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// last is the last request the node sent for key.
+func (g *rig) last(key string) (Request, error) {
+	reqs := g.requests(key)
+	if len(reqs) == 0 {
+		return Request{}, fmt.Errorf("no request sent for %q", key)
+	}
+	return reqs[len(reqs)-1], nil
+}
+
+// callKeys is the keys of each call out, in the order the calls left.
+func (g *rig) callKeys() [][]string {
+	var out [][]string
+	for _, c := range g.out {
+		var keys []string
+		for _, r := range c.Requests {
+			keys = append(keys, r.Key)
+		}
+		out = append(out, keys)
+	}
+	return out
+}
+
+// returned is the last Return the node's Releases made of key, and whether
+// any named it.
+func (g *rig) returned(key string) (Return, bool) {
+	for i := len(g.rets) - 1; i >= 0; i-- {
+		if g.rets[i].Key == key {
+			return g.rets[i], true
+		}
+	}
+	return Return{}, false
 }
 
 var errCut = errors.New("allocator unreachable")
@@ -168,7 +326,7 @@ func (g *rig) fail() {
 // decide decides n tokens of key under rule now, and turns the Core, as
 // the inbox wakes the Manager's loop.
 func (g *rig) decide(rule, key string, n int64) Verdict {
-	v := g.key(rule, key).Decide(n, g.now(), g.clk.Now(), 1, false)
+	v := g.key(rule, key).Decide(n, g.now(), g.clk.Now(), g.nodes, false)
 	g.turn()
 	return v
 }
@@ -181,10 +339,12 @@ type step struct {
 	want func(*rig) error
 }
 
+// run runs the steps in order, each at its instant: the clock gets there as
+// the Manager's would, the Core turning at each of its deadlines on the way.
 func (g *rig) run(steps []step) {
 	g.t.Helper()
 	for _, s := range steps {
-		g.to(s.at)
+		g.through(s.at)
 		if s.do != nil {
 			s.do(g)
 		}

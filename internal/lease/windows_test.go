@@ -1,0 +1,141 @@
+package lease
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/fallback"
+)
+
+// Window rules: where the store's windows lie on the node's clock, as the
+// window grants tell (Core.Windows), and the fallback of a window key,
+// which admits nothing in a window it held a lease in (docs/bounds.md,
+// rule 5). The rig's store clock is its wall clock, which starts on a
+// whole 10 s: the store reads the node's monotonic clock plus d, the
+// wall clock's start.
+
+// A window grant narrows where the store's windows lie: the store applied
+// the request between its send and its answer, and a lease its window's
+// end cut short ends exactly there. Before any, Windows is the node's own
+// guess, not known.
+func TestWindowGrantTeachesWhereTheStoresWindowsLie(t *testing.T) {
+	g := newRig(t, nil)
+	d := time.Duration(g.clk.Now().UnixNano()) - g.now()
+	g.run([]step{
+		{name: "t0: nothing learned: the guess, unknown", at: 0,
+			do: func(g *rig) { g.decide("win", "k", 1) },
+			want: func(g *rig) error {
+				if w := g.core.Windows(d + time.Second); w != (fallback.Windows{Lo: d + time.Second, Hi: d + time.Second}) {
+					return fmt.Errorf("windows %+v before any grant", w)
+				}
+				return nil
+			}},
+		{name: "t1: a token bucket's grant teaches nothing", at: time.Millisecond,
+			do: func(g *rig) {
+				g.decide("r", "b", 1)
+				g.answerCall(1)
+			},
+			want: func(g *rig) error {
+				if err := calls(g, []string{"k"}); err != nil {
+					return err
+				}
+				if w := g.core.Windows(0); w.Known {
+					return fmt.Errorf("windows %+v", w)
+				}
+				return nil
+			}},
+		{name: "t2: the window grant, answered 2 ms after it left: d within those 2 ms", at: 2 * time.Millisecond,
+			do: func(g *rig) { g.answer() },
+			want: func(g *rig) error {
+				w := g.core.Windows(0)
+				if !w.Known || w.Lo > d || w.Hi < d || w.Hi-w.Lo > 2*time.Millisecond {
+					return fmt.Errorf("windows %+v, want known, around %v within 2 ms", w, d)
+				}
+				return nil
+			}},
+		{name: "t3: a lease of win10 its window does not cut short says less: the estimate keeps its narrow part", at: 3 * time.Millisecond,
+			do: func(g *rig) {
+				g.decide("win10", "k", 1)
+				g.to(4 * time.Millisecond)
+				g.answer()
+			},
+			want: func(g *rig) error {
+				w := g.core.Windows(0)
+				if !w.Known || w.Lo > d || w.Hi < d || w.Hi-w.Lo > 2*time.Millisecond {
+					return fmt.Errorf("windows %+v, want known, around %v within 2 ms", w, d)
+				}
+				return nil
+			}},
+	})
+}
+
+// A window key whose lease ends while the allocator is down admits nothing
+// on its fallback until the window after the one it held a lease in,
+// then its part of the window, l/N; a key it never held admits at once.
+// (Rule win10: 100 per 10 s window, a lease TTL of 1 s: k's lease ends
+// 9 s before its window does. The windows are learned from a grant of
+// win, first.)
+func TestWindowKeyAdmitsNothingInTheWindowItHeldALeaseIn(t *testing.T) {
+	g := newRig(t, nil)
+	g.nodes = 2
+	k := func() *KeyLease { return g.key("win10", "k") }
+	var v Verdict
+	g.run([]step{
+		{name: "t0: w of win and k of win10 ask", at: 0,
+			do: func(g *rig) { g.decide("win", "w", 1); g.decide("win10", "k", 1) }},
+		{name: "t1: answered: the windows known, k served until 1.001 s", at: time.Millisecond,
+			do: func(g *rig) { g.answer() },
+			want: func(g *rig) error {
+				if !g.core.Windows(0).Known || k().Tokens() == 0 {
+					return fmt.Errorf("windows %+v, k holds %d", g.core.Windows(0), k().Tokens())
+				}
+				return nil
+			}},
+		{name: "t2: another call fails: down", at: 2 * time.Millisecond,
+			do: func(g *rig) { g.decide("win10", "o", 1); g.fail() },
+			want: func(g *rig) error {
+				if !g.core.Down() {
+					return fmt.Errorf("not down")
+				}
+				return nil
+			}},
+		{name: "t3: k spends its lease; its refill hangs", at: 400 * time.Millisecond,
+			do:   func(g *rig) { v = spend(g, "win10", "k") },
+			want: func(g *rig) error { return verdict(v, false, false, false) }},
+		{name: "t4: its lease may still hold at the store: refused, no fallback", at: 900 * time.Millisecond,
+			do:   func(g *rig) { v = g.decide("win10", "k", 1) },
+			want: func(g *rig) error { return verdict(v, false, false, false) }},
+		{name: "t5: past it, still in its window: its allowance admits nothing until the next", at: 1500 * time.Millisecond,
+			do: func(g *rig) { v = g.decide("win10", "k", 1) },
+			want: func(g *rig) error {
+				if err := verdict(v, false, true, false); err != nil {
+					return err
+				}
+				if v.RetryAfter != 8500*time.Millisecond {
+					return fmt.Errorf("retry after %v, want the next window's start, 8.5 s on", v.RetryAfter)
+				}
+				return nil
+			}},
+		{name: "t5: a key it never held admits its part of this window at once", at: 1500 * time.Millisecond,
+			do: func(g *rig) {
+				for range 50 {
+					if v = g.decide("win10", "n", 1); !v.Allowed || !v.Fallback {
+						t.Fatalf("n refused within its 50: %+v", v)
+					}
+				}
+				v = g.decide("win10", "n", 1)
+			},
+			want: func(g *rig) error { return verdict(v, false, true, false) }},
+		{name: "t6: the next window: k admits its 50 of it", at: 10 * time.Second,
+			do: func(g *rig) {
+				for range 50 {
+					if v = g.decide("win10", "k", 1); !v.Allowed || !v.Fallback {
+						t.Fatalf("k refused within its 50: %+v", v)
+					}
+				}
+				v = g.decide("win10", "k", 1)
+			},
+			want: func(g *rig) error { return verdict(v, false, true, false) }},
+	})
+}
