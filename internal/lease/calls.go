@@ -13,6 +13,10 @@ import (
 func (c *Core) enqueue(k *KeyLease, now mono) {
 	if k.table.gone.Load() || k.phase == phaseLeft {
 		k.set(bitQueued, false)
+		// A caller holding the old table can make a key after Forget; it
+		// leaves now, or it would count against MaxKeys for good and its
+		// decisions wait for ever.
+		c.visit(k, now)
 		return
 	}
 	c.init(k, now)
@@ -142,7 +146,8 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 		}
 		f := k.request(&c.env, now)
 		reqs[i] = Request{Rule: k.table.name, Key: k.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age,
-			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: f.held, Seq: f.seq}
+			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: f.held, Seq: f.seq,
+			FallbackNodes: k.FallbackNodes()}
 	}
 	c.acquiring++
 	c.calls = append(c.calls, &Call{Requests: reqs, Timeout: max(c.cfg.RPCTimeout, 3*c.roundTrip()), keys: keys})
@@ -297,6 +302,11 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 		c.reachable(false, err)
 		c.refused = min(max(2*c.refused, 250*time.Millisecond), maxRefusedBackoff)
 		at := now.Add(time.Duration(float64(c.refused) * (0.8 + 0.4*c.rng.Float64())))
+		// No call leaves before the backoff ends, whatever asks meanwhile
+		// (flush holds to nextAttempt while the allocator is down): a new
+		// key's request 19 ms into a 250 ms backoff took the refused keys
+		// with it, to be refused again, the set growing with every call.
+		c.nextAttempt = at
 		for _, k := range call.keys {
 			k.solo = false
 			c.schedule(k, at)

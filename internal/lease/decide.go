@@ -31,10 +31,12 @@ type Verdict struct {
 
 // Decide decides a request of n tokens at now, the node's monotonic clock;
 // wall is its wall clock (a window rule's guess of the store's windows
-// while it knows none) and nodes the fleet size its fallback divides by.
-// again says the caller decides again after a Wait, whose demand was
-// counted. It never blocks.
+// while it knows none) and nodes the fleet size its fallback divides by,
+// or what the allocator last told the key's fallback to divide by, if
+// more (FallbackNodes). again says the caller decides again after a Wait,
+// whose demand was counted. It never blocks.
 func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int, again bool) Verdict {
+	nodes = max(nodes, k.FallbackNodes())
 	for {
 		gen := k.gen.Load()
 		left, ok := k.Take(n)

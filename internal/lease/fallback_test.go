@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -88,5 +89,60 @@ func TestClosedRuleNeverFallsBack(t *testing.T) {
 		{name: "t1: a new key of the closed rule", at: 2 * time.Millisecond,
 			do:   func(g *rig) { v = g.decide("closed", "k", 1) },
 			want: func(g *rig) error { return verdict(v, false, true, false) }},
+	})
+}
+
+// A key told by the allocator to divide its fallback by more than the
+// fleet's count (Grant.FallbackNodes: the first holder of a cold fleet
+// keeps the whole rule until it asks again) divides by that, and says so
+// with its next request, as what it may use until that answer arrives
+// (docs/bounds.md, rule 5).
+func TestFallbackDividesAsTold(t *testing.T) {
+	g := newRig(t, func(c *Config) { c.TokensOnly = true })
+	k := func() *KeyLease { return g.key("r", "k") }
+	var v Verdict
+	g.run([]step{
+		{name: "t0: another node holds the key first, told 1", at: 0, do: func(g *rig) {
+			if gr := g.acquireAs("first", "r", "k", 0, 0); gr.FallbackNodes != 1 {
+				t.Fatalf("the first holder told %d, want 1", gr.FallbackNodes)
+			}
+			g.decide("r", "k", 1)
+		}},
+		{name: "t1: this node's grant: no room left for its fallback", at: time.Millisecond,
+			do: func(g *rig) { g.answer() },
+			want: func(g *rig) error {
+				if n := k().FallbackNodes(); n != math.MaxInt32 {
+					return fmt.Errorf("told to divide by %d, want none (2^31-1)", n)
+				}
+				return nil
+			}},
+		{name: "t2: spent, and the allocator cut off", at: 100 * time.Millisecond, do: func(g *rig) {
+			for k().Tokens() > 0 {
+				g.decide("r", "k", 1)
+			}
+			g.to(101 * time.Millisecond)
+			g.fail()
+		}},
+		{name: "t3: past the lease's end, a fleet of 1 would admit: nothing", at: 1500 * time.Millisecond,
+			do:   func(g *rig) { v = g.decide("r", "k", 1) },
+			want: func(g *rig) error { return verdict(v, false, true, false) }},
+		{name: "t4: the allocator back: the request says what the fallback divided by", at: 1600 * time.Millisecond,
+			do: func(g *rig) {
+				for range 20 {
+					if len(g.out) > 0 {
+						break
+					}
+					g.to(g.now() - g.start + 50*time.Millisecond)
+				}
+			},
+			want: func(g *rig) error {
+				if len(g.out) == 0 {
+					return fmt.Errorf("no request out")
+				}
+				if got := g.out[len(g.out)-1].Requests[0].FallbackNodes; got != math.MaxInt32 {
+					return fmt.Errorf("the request says %d, want 2^31-1", got)
+				}
+				return nil
+			}},
 	})
 }

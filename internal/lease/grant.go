@@ -19,9 +19,17 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 	}
 	g.Rate = min(g.Rate, r.Rate())
 	k.holders.Store(int32(min(g.Holders, math.MaxInt32)))
+	k.fallbackN.Store(int32(min(max(g.FallbackNodes, 0), math.MaxInt32)))
 	k.central.Store(max(g.Remaining, 0))
 	c.sawHolders(g.Holders, now)
 	k.short = g.Granted < f.want
+	if k.served.Load() == 0 {
+		// The key's first grant: the demand its first request asked for
+		// waited on it, and decides again now; sampled as refused, it
+		// doubled the key's lease and marked it starved (a key touched
+		// once asked twice).
+		k.demand.Store(0)
+	}
 	k.starved = false // (refusals before this grant say nothing of its share)
 	// The tokens die when the lease may end at the store at the earliest,
 	// the request's send time plus the TTL, on this node's monotonic clock,

@@ -25,6 +25,7 @@ type KeyLease struct {
 	bits      atomic.Uint32 // queued, asleep (hot.go)
 	demand    atomic.Int64  // asked of the key and not taken from its lease: the rate estimate's
 	holders   atomic.Int32  // the allocator's last count of the key's holders
+	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
 	notBefore atomic.Int64  // the mono before which no refill leaves
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
 	epoch     atomic.Int64  // the window of its newest lease (window rules)
@@ -77,6 +78,11 @@ func (k *KeyLease) Rule() *rules.Rule {
 
 // Holders is the allocator's last count of the key's holders, 0 if unknown.
 func (k *KeyLease) Holders() int { return int(k.holders.Load()) }
+
+// FallbackNodes is what the allocator last told the key's fallback to
+// divide the rule by, at least (Grant.FallbackNodes), 0 if it did not say:
+// Decide divides by no fewer, whatever the fleet's count.
+func (k *KeyLease) FallbackNodes() int { return int(k.fallbackN.Load()) }
 
 // Tokens is the number of leased tokens held now.
 func (k *KeyLease) Tokens() int64 { return max(k.tokens.Load(), 0) }

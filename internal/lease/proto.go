@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math"
 	"strconv"
 	"strings"
 
@@ -19,7 +20,8 @@ func AcquireProto(node string, reqs []Request) *allotv1.AcquireRequest {
 	req := &allotv1.AcquireRequest{NodeId: node, Requests: make([]*allotv1.LeaseRequest, len(reqs))}
 	for i, r := range reqs {
 		lr := &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed,
-			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch, Seq: r.Seq}
+			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch, Seq: r.Seq,
+			FallbackNodes: uint32(min(max(r.FallbackNodes, 0), math.MaxUint32))}
 		if r.ConsumedAge > 0 {
 			lr.ConsumedAge = durationpb.New(r.ConsumedAge)
 		}
@@ -35,7 +37,8 @@ func AnswerOf(resp *allotv1.AcquireResponse) Answer {
 	ans := Answer{Grants: make([]Grant, len(resp.GetLeases())), Version: resp.GetRulesVersion(), Nodes: int(resp.GetNodes())}
 	for i, l := range resp.GetLeases() {
 		ans.Grants[i] = Grant{Granted: l.GetGranted(), Remaining: l.GetRemaining(), TTL: l.GetTtl().AsDuration(),
-			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch(), Rate: l.GetRate()}
+			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch(), Rate: l.GetRate(),
+			FallbackNodes: int(l.GetFallbackNodes())}
 	}
 	return ans
 }

@@ -167,7 +167,6 @@ func TestCallRejectedAsAWhole(t *testing.T) {
 // take the refused keys' requests with it ahead of their time, to be
 // refused again.
 func TestWholeRefusalBackoffHoldsEveryCall(t *testing.T) {
-	t.Skip("bug: Core.rejected backs a call refused as a whole off by scheduling its keys at a later flushAt, but sets no c.nextAttempt: the first request made meanwhile (here a new key's, 19 ms into a 250 ms backoff) brings flushAt back to now, and the refused keys leave with it")
 	g := newRig(t, func(c *Config) { c.TokensOnly = true })
 	var v Verdict
 	g.run([]step{

@@ -92,15 +92,24 @@ func (c *Core) Close(at time.Duration) Final {
 	for _, t := range c.tableList() {
 		gone := t.gone.Load()
 		for _, k := range t.sorted() {
-			if f := k.req.unacked; f != nil && !gone {
-				fin.Retries = append(fin.Retries, Request{Rule: t.name, Key: k.key, Consumed: f.consumed, ConsumedAge: f.age, Seq: f.seq})
-			}
-			if n, age := k.takeConsumed(now); n > 0 && !gone {
-				fin.Reports = append(fin.Reports, Request{Rule: t.name, Key: k.key, Consumed: n, ConsumedAge: age})
-			}
+			// The key leaves first, so that its retry and report say what
+			// it holds: applied afresh with Held 0, a retry had the store
+			// take the holder for empty, and the Return after it credited
+			// nothing (24 tokens kept out of the bucket).
+			f := k.req.unacked
+			n, age := k.takeConsumed(now)
 			c.expire(k, now)
-			if ret, ok := c.leave(k); ok {
+			ret, ok := c.leave(k)
+			if ok {
 				fin.Returns = append(fin.Returns, ret)
+			}
+			if f != nil && !gone {
+				fin.Retries = append(fin.Retries, Request{Rule: t.name, Key: k.key, Consumed: f.consumed, ConsumedAge: f.age, Seq: f.seq,
+					Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: ret.Held + f.returned, FallbackNodes: k.FallbackNodes()})
+			}
+			if n > 0 && !gone {
+				fin.Reports = append(fin.Reports, Request{Rule: t.name, Key: k.key, Consumed: n, ConsumedAge: age, Held: ret.Held,
+					FallbackNodes: k.FallbackNodes()})
 			}
 		}
 	}

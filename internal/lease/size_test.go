@@ -83,7 +83,6 @@ func TestLeaseSizeDoesNotDoubleAfterAShortGrant(t *testing.T) {
 // asked for (request.go): a whole first grant met it, and it is no refusal.
 // A key touched once then costs one Acquire, as lapse's comment says.
 func TestDemandThatWaitedForTheFirstLeaseIsNoRefusal(t *testing.T) {
-	t.Skip("bug: the demand a new key's first decision records (Decide's Wait) is counted again by the sample after its first grant as demand refused after a whole grant: the lease size doubles (100 to 200, watermark 100) and the key is marked starved, so the caller's one Take (99 left) asks for a second lease of 100 a millisecond after the first")
 	g := newRig(t, func(c *Config) { c.TokensOnly = true })
 	var v Verdict
 	g.run([]step{

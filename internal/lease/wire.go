@@ -22,6 +22,9 @@ type Request struct {
 	// Seq numbers the key's requests: a retry carries the same, and the
 	// allocator answers it again rather than applying it twice.
 	Seq uint64
+	// FallbackNodes is what the key's fallback divides the rule by, at
+	// least, until the answer arrives: its last grant's; 0 before one.
+	FallbackNodes int
 }
 
 // Grant is the allocator's answer to one Request.
@@ -35,6 +38,11 @@ type Grant struct {
 	// Rate is the share of the rule's rate lent with the lease, tokens per
 	// second, from the answer until the request's send time plus TTL.
 	Rate float64
+	// FallbackNodes is what the key's fallback is to divide the rule by, at
+	// least: Holders, or more while the fallback shares the allocator told
+	// the key's holders would otherwise pass the rule; 0 from an allocator
+	// that does not say.
+	FallbackNodes int
 }
 
 // Answer is the allocator's answer to one Acquire call.

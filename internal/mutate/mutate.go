@@ -42,6 +42,9 @@ const (
 	// OweWholeOverlap: a key whose share shrinks owes the difference over
 	// the whole flight, whatever it admitted of it.
 	OweWholeOverlap
+	// TellHolders: the store tells each holder to divide its fallback by
+	// the holders it counts, whatever the others were told before.
+	TellHolders
 )
 
 var on atomic.Uint32

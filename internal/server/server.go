@@ -131,7 +131,7 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 		r := reqs[i].Rule
 		resp.Leases[i] = &allotv1.Lease{
 			Rule: r.Name, Key: reqs[i].Key, Granted: l.Granted, Ttl: durationpb.New(l.TTL),
-			RetryAfter: durationpb.New(l.RetryAfter), Holders: uint32(l.Holders),
+			RetryAfter: durationpb.New(l.RetryAfter), Holders: uint32(l.Holders), FallbackNodes: uint32(min(max(l.FallbackNodes, 0), math.MaxUint32)),
 			Limit: r.Limit, Remaining: l.Remaining, Epoch: l.Epoch, Rate: l.Rate,
 			FullFor: optDuration(l.FullFor), FullInTtl: optDuration(l.FullInTTL),
 		}
@@ -201,7 +201,7 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 			Returned: lr.GetReturned(), ReturnedEpoch: lr.GetReturnedEpoch(), Seq: int64(lr.GetSeq()),
 			// A node that does not say what it holds (one before the field)
 			// has its returns credited nothing: see store.AcquireRequest.
-			Held: lr.GetHeld(), HeldKnown: lr.Held != nil}
+			Held: lr.GetHeld(), HeldKnown: lr.Held != nil, FallbackNodes: int64(lr.GetFallbackNodes())}
 	}
 	return out, nil
 }

@@ -113,6 +113,13 @@ var mutants = []mutant{
 			sc := fleetScenario(t, strings.Replace(bucket1000, "2s", "4s", 1), time.Second, 2, 15*time.Second)
 			return RunScenario(1, sc)
 		}, lost(0.02)},
+	{"a cold fleet's holders each told the holders they found: the first keeps the whole rule", mutate.TellHolders,
+		func(t *testing.T) Result {
+			// (The seed that found it: a sliding window of 1,000 over 8 cold
+			// nodes 200 ms away, the allocator restarted before the first
+			// holder asked again; 1,041 admitted on fallbacks in one window.)
+			return Run(482)
+		}, broke("window")},
 }
 
 // quietWindows makes the load come in bursts, each window after a quiet

@@ -38,10 +38,24 @@ type holder struct {
 	// its share earned since its last request.
 	held  float64
 	epoch int64
-	// n is the holder count its last lease told it (Lease.Holders): what
-	// its fallback divides by, and so what the store reserves for it while
-	// it is absent (core_absence.go).
+	// n is the least its fallback may divide by until its next request:
+	// its last lease's FallbackNodes, or what it said it divided by when
+	// it sent that request if fewer (the answer may never reach it). So it
+	// is what the store reserves for it while it is absent
+	// (core_absence.go), and its part of the key's fallback budget
+	// (fallbackNodes).
 	n int64
+	// back is the µs at which the holder came back from an absence whose
+	// fallback the store reserved for, 0 when its last request was no such
+	// return: its reservation lasts until its next request, as its fallback
+	// admits until the return's answer arrives. backN is the count that
+	// fallback divides by (what the holder was told before it came back),
+	// and backUsed, for a window, what it has counted in the window it came
+	// back in since it came back there: its reports and its grants
+	// (core_absence.go).
+	back     int64
+	backN    int64
+	backUsed float64
 }
 
 // newState is what a missing key means: a full bucket, an empty window.
@@ -148,7 +162,7 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 	if req.Seq == 0 || !ok || h.seq != req.Seq || h.until <= now {
 		return Lease{}, false
 	}
-	l := Lease{Granted: h.granted, Rate: h.rate, TTL: us(ttl)}
+	l := Lease{Granted: h.granted, Rate: h.rate, TTL: us(ttl), FallbackNodes: max(h.n, 1)}
 	a := absenceUS(r)
 	for _, o := range st.holders {
 		if o.known(now, a) {

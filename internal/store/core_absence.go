@@ -1,6 +1,8 @@
 package store
 
 import (
+	"math"
+
 	"github.com/allot-dev/allot/internal/mutate"
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -18,6 +20,25 @@ import (
 // fallback. An absent holder counts among the key's holders (Lease.Holders
 // and capConsumed's divisor: the fleet still has that many nodes that may
 // admit the key) and wants nothing of the grants.
+//
+// The reservation does not end when the holder's request arrives: the
+// node learns that the allocator answers again only from the answer, and
+// admits on its fallback until then (a round trip, or more when the answer
+// is lost), reporting what its grant does not pay for with its next
+// request. So a holder back from a reserved absence (markBack: an absent
+// holder whose request reports fallback admissions) keeps its reservation
+// until its next request: a token bucket withholds its r/n from when it
+// came back and covers its next report up to that, and a window keeps back
+// what is left of its l/n in the window it came back in. The return itself
+// is granted and lent a share as before: the node pays for what its
+// fallback admitted in flight from that grant first (lease.Core.grant),
+// and a bucket withholds both over the round trip, the price of not
+// knowing when the answer arrived. A return that reports nothing is not
+// taken for one from a fallback (a node that renews late, not cut off,
+// would have its reservation kept for nothing, and a window's would hold
+// back from the others what it did not ask for until its next window), nor
+// is, for a window, one whose lease ended in the window it is back in (it
+// does not fall back there, rule 5).
 
 // present reports whether h holds a lease at now.
 func (h holder) present(now int64) bool { return h.until > now }
@@ -29,20 +50,46 @@ func (h holder) known(now, absence int64) bool { return h.until+absence > now }
 // absence has not.
 func (h holder) absentAt(now, absence int64) bool { return !h.present(now) && h.known(now, absence) }
 
-// reservedRate is the fallback rate r/n the store reserves for an absent
-// holder, tokens per second.
-func (h holder) reservedRate(r *rules.Rule) float64 { return ratePerSecond(r) / float64(h.n) }
+// reserving reports whether the store reserves h's fallback at now: it is
+// absent, or back and its next request has not come. Either lasts until
+// its absence ends.
+func (h holder) reserving(now, absence int64) bool {
+	return h.known(now, absence) && (h.back > 0 || !h.present(now))
+}
 
-// reserved adds to withheld what the absent holders' reservations kept
-// from a bucket's refill over (from, now]: each one's r/n from when its
-// lease ended to when its absence ends, as refill withholds a lent share.
+// reservedSince is when h's reservation started: when its lease ended, or,
+// back, when it came back (its reservation went on from its absence).
+func (h holder) reservedSince() int64 {
+	if h.back > 0 {
+		return h.back
+	}
+	return h.until
+}
+
+// shareN is what h's fallback divides by: the count its last lease told it,
+// or, back, the smaller of that and the count it was told before, which
+// its fallback divides by until the return's answer arrives.
+func (h holder) shareN() int64 {
+	if h.back > 0 {
+		return min(h.n, h.backN)
+	}
+	return h.n
+}
+
+// reservedRate is the fallback rate r/n the store reserves for h while it
+// is absent or back, tokens per second.
+func (h holder) reservedRate(r *rules.Rule) float64 { return ratePerSecond(r) / float64(h.shareN()) }
+
+// reserved adds to withheld what the reservations kept from a bucket's
+// refill over (from, now]: each holder's r/n from when its reservation
+// started to when its absence ends, as refill withholds a lent share.
 func (st *state) reserved(r *rules.Rule, from, now int64, withheld []float64) []float64 {
 	if mutate.On(mutate.ForgiveLate) {
 		return withheld
 	}
 	a := absenceUS(r)
 	for _, h := range st.holders {
-		if start, end := max(h.until, from), min(now, h.until+a); end > start {
+		if start, end := max(h.reservedSince(), from), min(now, h.until+a); end > start {
 			withheld = append(withheld, h.reservedRate(r)*float64(end-start)/1e6)
 		}
 	}
@@ -58,40 +105,78 @@ func (st *state) reservedRates(r *rules.Rule, now int64) float64 {
 	a := absenceUS(r)
 	var rates []float64
 	for _, h := range st.holders {
-		if h.absentAt(now, a) {
+		if h.reserving(now, a) {
 			rates = append(rates, h.reservedRate(r))
 		}
 	}
 	return sortedSum(rates)
 }
 
-// cover is what node, if it comes back from an absence, had reserved for
-// its fallback since its lease ended: the consumption it reports is
-// covered up to that, as the bucket never earned it. 0 for a holder that
-// was not absent.
+// cover is what node, if it comes back from an absence or makes its next
+// request after it came back, had reserved for its fallback since its
+// reservation started: the consumption it reports is covered up to that,
+// as the bucket never earned it. 0 for a holder with no reservation.
 func (st *state) cover(r *rules.Rule, node string, now int64) float64 {
 	h, ok := st.holders[node]
-	if !ok || !h.absentAt(now, absenceUS(r)) || mutate.On(mutate.ForgiveLate) {
+	if !ok || !h.reserving(now, absenceUS(r)) || mutate.On(mutate.ForgiveLate) {
 		return 0
 	}
-	return h.reservedRate(r) * float64(now-h.until) / 1e6
+	return h.reservedRate(r) * float64(max(now-h.reservedSince(), 0)) / 1e6
 }
 
-// windowReserve is what a window keeps back for the absent holders that
-// may fall back in it: l/n each, for each whose lease ended by the
-// window's start (a node does not fall back in a window in which it held a
-// lease) and whose absence lasts past now. A fixed window's lease ends with
-// its window, if not before: its holder may fall back from the next one.
+// markBack records, once node's request at now has been granted, whether
+// it came back from a reserved absence (prev, if had, is its record before
+// the request, consumed what the request reported): when it came back and
+// what its fallback divides by, and for a window (epoch the current one)
+// what the node has counted in it since it came back: its reports and its
+// grants (counted, this request's). A window holder comes back so when the
+// store reserved for it in this window: its lease ended by the window's
+// start, or it came back in this window before and its lease ended again
+// (its answer may have been lost).
+func (st *state) markBack(r *rules.Rule, node string, prev holder, had bool, now, consumed, epoch int64, counted float64) {
+	if !had || consumed <= 0 || !prev.absentAt(now, absenceUS(r)) || mutate.On(mutate.ForgiveLate) {
+		return
+	}
+	h := st.holders[node]
+	h.back, h.backN = now, prev.shareN()
+	if r.Algorithm != rules.TokenBucket {
+		p := periodUS(r)
+		switch {
+		case min(prev.until, (prev.epoch+1)*p) <= epoch*p:
+			h.backUsed = counted
+		case prev.back > 0 && prev.epoch == epoch:
+			h.backUsed = prev.backUsed + counted
+		default:
+			return
+		}
+	}
+	st.holders[node] = h
+}
+
+// windowReserve is what a window keeps back for the holders that may fall
+// back in it: l/n each for each whose lease ended by the window's start (a
+// node does not fall back in a window in which it held a lease) and whose
+// absence lasts past now, and for each back in this window what is left of
+// its l/n. A fixed window's lease ends with its window, if not before: its
+// holder may fall back from the next one.
 func (st *state) windowReserve(r *rules.Rule, now, start int64) float64 {
 	if mutate.On(mutate.ForgiveLate) {
 		return 0
 	}
-	a := absenceUS(r)
+	a, p := absenceUS(r), periodUS(r)
+	epoch := start / p
 	var xs []float64
 	for _, h := range st.holders {
-		end := min(h.until, (h.epoch+1)*periodUS(r)) // a window's lease ends with its window
-		if end <= start && h.known(now, a) {
-			xs = append(xs, float64(r.Limit)/float64(h.n))
+		if !h.known(now, a) {
+			continue
+		}
+		share := float64(r.Limit) / float64(h.shareN())
+		end := min(h.until, (h.epoch+1)*p) // a window's lease ends with its window
+		switch {
+		case end <= start:
+			xs = append(xs, share)
+		case h.back > 0 && h.epoch == epoch:
+			xs = append(xs, math.Max(share-h.backUsed, 0))
 		}
 	}
 	return sortedSum(xs)

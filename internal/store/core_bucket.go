@@ -12,10 +12,11 @@ import (
 
 // refill adds what the central bucket earned since the last refill: the
 // rule's rate, less the shares of it lent to holders, each until its lease
-// ended, and less the absent holders' reservations, each from when its
-// lease ended until its absence did (core_absence.go). Shares never sum
-// above the rate, so without reservations the bucket only grows over the
-// interval and capping it at the end is exact. Reservations may pass it
+// ended, and less the reservations of the absent holders and of those back
+// from an absence, each from when its lease ended, or it came back, until
+// its absence did (core_absence.go). Shares never sum above the rate, so
+// without reservations the bucket only grows over the interval and
+// capping it at the end is exact. Reservations may pass it
 // with the shares, or alone (each is the rate over the count its holder
 // was last told, and holders told of fewer reserve more): the bucket then
 // earns nothing, never less. A clock that steps back earns nothing and
@@ -100,7 +101,7 @@ func (st *state) withheldRate(r *rules.Rule, now int64) float64 {
 		if h.rate > 0 && h.present(now) {
 			rates = append(rates, h.rate)
 		}
-		if h.absentAt(now, a) {
+		if h.reserving(now, a) {
 			rates = append(rates, h.reservedRate(r))
 		}
 	}
@@ -128,20 +129,26 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned, reportOf(req.Held, req.HeldKnown))
 	st.tokens = math.Min(capacity, st.tokens+float64(credited))
 	// A holder back from an absence had its fallback reserved: what it
-	// admitted there up to the reservation the bucket never earned.
+	// admitted there up to the reservation the bucket never earned. So did
+	// one back since, at its next request, for what it admitted while its
+	// return was on its way.
 	cover := st.cover(r, req.Node, now)
+	prev, had := st.holders[req.Node]
 	debit := math.Max(float64(st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge))-cover, 0)
 	if mutate.On(mutate.ForgiveLate) { // what refilling since would have repaid is forgiven
 		floor := math.Min(st.tokens, -math.Max(capacity-float64(req.ConsumedAge.Microseconds())*ratePerUS(r), 0))
 		debit = math.Min(debit, math.Max(st.tokens-floor, 0))
 	}
 	st.debitBucket(debit)
-	others, holders := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, 0)
+	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, 0, req.FallbackNodes)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
 	st.lent(req.Node, g)
-	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Rate: st.lendRate(r, req.Node, now, ttl),
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, FallbackNodes: told, Rate: st.lendRate(r, req.Node, now, ttl),
 		FullFor: us(fullFor), FullInTTL: us(fullInTTL)}
+	// Back from its fallback, it keeps its reservation until its next
+	// request: it admits on it until this answer arrives.
+	st.markBack(r, req.Node, prev, had, now, req.Consumed, 0, 0)
 	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 	if g < req.Want {
 		need := math.Min(float64(req.Want-g), capacity)

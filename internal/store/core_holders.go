@@ -15,16 +15,20 @@ import (
 
 // hold records node as a holder wanting want tokens and wantRate tokens per
 // second until now+ttl, forgets the holders whose absence has ended, and
-// returns the wants of the other present holders and the count of the
-// holders, absent ones included, which it records as the node's n. An
-// absent holder wants nothing: its fallback's part is reserved apart
+// returns the wants of the other present holders, the count of the
+// holders, absent ones included, and what the node's fallback is to divide
+// by (fallbackNodes). It records as the node's n the least of that and
+// what the node said its fallback divides by (said, 0 when it did not
+// say), which it may go on using until this answer arrives. An absent
+// holder wants nothing: its fallback's part is reserved apart
 // (core_absence.go). Its share, if any, is lendRate's.
-func (st *state) hold(r *rules.Rule, node string, want int64, wantRate float64, now, ttl int64, held float64, epoch int64) (others []int64, count int) {
+func (st *state) hold(r *rules.Rule, node string, want int64, wantRate float64, now, ttl int64, held float64, epoch, said int64) (others []int64, count int, told int64) {
 	if st.holders == nil {
 		st.holders = make(map[string]holder)
 	}
 	a := absenceUS(r)
 	count = 1
+	var parts []float64
 	for n, h := range st.holders {
 		switch {
 		case !h.known(now, a):
@@ -33,11 +37,39 @@ func (st *state) hold(r *rules.Rule, node string, want int64, wantRate float64, 
 			if h.present(now) {
 				others = append(others, h.want)
 			}
+			parts = append(parts, 1/float64(max(h.n, 1)))
 			count++
 		}
 	}
-	st.holders[node] = holder{until: now + ttl, want: want, wantRate: wantRate, held: held, epoch: epoch, n: int64(count)}
-	return others, count
+	told = fallbackNodes(count, sortedSum(parts))
+	if mutate.On(mutate.TellHolders) {
+		told = int64(count)
+	}
+	n := told
+	if said > 0 {
+		n = min(n, said)
+	}
+	st.holders[node] = holder{until: now + ttl, want: want, wantRate: wantRate, held: held, epoch: epoch, n: n}
+	return others, count, told
+}
+
+// maxFallbackNodes is what a holder the others' fallback shares leave no
+// room for is told to divide by: its fallback admits nothing.
+const maxFallbackNodes = math.MaxInt32
+
+// fallbackNodes is what a holder's fallback is to divide the rule by when
+// the key has count holders and the others' fallbacks may admit the part
+// taken of it (the sum of 1/n over them): count, or more, so that the
+// parts sum to no more than the whole rule. A holder told a count when the
+// key had fewer holders (the first of a cold fleet is told 1) keeps its
+// larger part until it asks again, and a newcomer meanwhile gets what is
+// left (docs/bounds.md, rule 5). The slack forgives the sum's rounding.
+func fallbackNodes(count int, taken float64) int64 {
+	rest := 1 - taken
+	if rest <= 1e-9 {
+		return maxFallbackNodes
+	}
+	return min(max(int64(count), int64(math.Ceil(1/rest-1e-9))), maxFallbackNodes)
 }
 
 // givable is what node may give back at now of what it was lent in window
@@ -125,8 +157,9 @@ func (st *state) capConsumed(r *rules.Rule, node string, now, consumed int64, ag
 // that the shares sum to at most the rate at every instant (Doorman's
 // rule: a holder whose fair share shrank keeps its old one until it
 // renews, and the others grow as it does). A bucket in debt keeps back the
-// part of its rate that repays the debt within a TTL, and the absent
-// holders' reservations are not lent.
+// part of its rate that repays the debt within a TTL, and the holders'
+// reservations, absent or back from an absence, are not lent
+// (core_absence.go).
 func (st *state) lendRate(r *rules.Rule, node string, now, ttl int64) float64 {
 	self := st.holders[node]
 	if self.wantRate <= 0 {

@@ -52,20 +52,26 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	if req.ReturnedEpoch == epoch {
 		held -= float64(credited)
 	}
-	st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
-	others, holders := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, epoch)
+	prev, had := st.holders[req.Node]
+	added := st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
+	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, epoch, req.FallbackNodes)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {
 		used = st.estimate(r, at, start)
 	}
 	// What the absent holders may admit on their fallback in this window is
-	// not lent (the node itself is present again: hold recorded it).
+	// not lent, nor what those back in it may still admit there while their
+	// returns are on their way (core_absence.go).
 	reserve := st.windowReserve(r, now, start)
 	used += reserve
 	g := fairGrant(int64(math.Floor(math.Max(limit-used, 0))), req.Want, others)
 	st.tokens += float64(g)
 	st.lent(req.Node, g)
-	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, Epoch: epoch}
+	// Back from its fallback, it keeps the rest of its l/n in this window
+	// until its next request: it admits on it until this answer arrives,
+	// and pays for that from this grant first.
+	st.markBack(r, req.Node, prev, had, now, req.Consumed, epoch, added+float64(g))
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, FallbackNodes: told, Epoch: epoch}
 	l.Remaining = int64(math.Floor(math.Max(limit-used-float64(g), 0)))
 	end := start + p
 	// Tokens of a window die with it: spent in the next one, what the store
@@ -93,11 +99,14 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 // window that has ended is dropped with it. Charged to this window it
 // would count twice against the fleet's limit, the ended window's
 // admissions having been counted there, or reserved (core_absence.go).
-func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration, at, start int64) {
+// It returns what it added.
+func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration, at, start int64) float64 {
 	if at-age.Microseconds() < start {
-		return
+		return 0
 	}
+	before := st.tokens
 	st.tokens = math.Min(st.tokens+float64(consumed), 2*float64(r.Limit))
+	return st.tokens - before
 }
 
 // slidingRetry is how long until a sliding window admits cost more tokens,

@@ -141,7 +141,7 @@ func (s *Redis) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, er
 			return nil, err
 		}
 		out[i] = Lease{Granted: ints[0], Remaining: ints[1], TTL: us(ints[2]), RetryAfter: us(ints[3]),
-			Holders: int(ints[4]), Epoch: ints[5], Rate: rate, FullFor: us(ints[6]), FullInTTL: us(ints[7])}
+			Holders: int(ints[4]), Epoch: ints[5], Rate: rate, FullFor: us(ints[6]), FullInTTL: us(ints[7]), FallbackNodes: ints[8]}
 	}
 	return out, nil
 }
@@ -198,9 +198,11 @@ func badReply(op string, v []any) error {
 // leaseReply reads an acquire script's reply: six integers, the rate lent
 // as a string (Redis would truncate a Lua number to an integer), then, from
 // a token bucket's script, its fullness: two more integers (µs).
-func leaseReply(v []any) ([8]int64, float64, error) {
-	var ints [8]int64
-	if len(v) != 7 && len(v) != 9 { // 9: a token bucket's, with its fullness
+func leaseReply(v []any) ([9]int64, float64, error) {
+	var ints [9]int64
+	// 7: a report's; 10: a lease's, with a token bucket's fullness and the
+	// fallback's count.
+	if len(v) != 7 && len(v) != 10 {
 		return ints, 0, badReply("acquire", v)
 	}
 	for i, x := range v {
@@ -245,7 +247,7 @@ func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
 	// consumption), and what the node holds (-1: it did not say).
 	args := ruleArgs(req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
 		float(req.WantRate).int(req.Returned).int(req.ReturnedEpoch).int(req.Seq).bool(!req.Rule.Leasable()).
-		int(reportOf(req.Held, req.HeldKnown).arg())
+		int(reportOf(req.Held, req.HeldKnown).arg()).int(max(req.FallbackNodes, 0))
 	return scriptCall{scriptFor(req.Rule), "a", s.key(req.Rule, req.Key), args}
 }
 

@@ -246,7 +246,9 @@ var (
 // tb3, fw3 and sw3 are states in one MessagePack string (common.lua) whose
 // holders carry n, the holder count their last lease told them; tb2, fw2
 // and sw2 were the same without it, and tb, fw and sw hashes of text
-// fields. sl2 is the sliding log of one entry per request; sl held one per
+// fields. A holder back from an absence has a back record after its own
+// (common.lua): the version before reads it as a holder long gone, and a
+// holder without one as not back, so the tags stayed. sl2 is the sliding log of one entry per request; sl held one per
 // token.
 var scripts = [...]*luaScript{
 	rules.TokenBucket:   newLuaScript("token_bucket", "tb3", luaTokenBucket, luaLease, luaTokenBucketLease),

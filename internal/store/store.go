@@ -54,6 +54,10 @@ type AcquireRequest struct {
 	// A request with the seq of the node's last applied one is its retry
 	// (the answer was lost): it is answered again, not applied again.
 	Seq int64
+	// FallbackNodes is what the node's fallback divides the rule by for
+	// the key until this request's answer arrives, at least (the
+	// FallbackNodes of its last lease on it); 0 when it does not say.
+	FallbackNodes int64
 }
 
 // Reportable reports whether the store may take the request: any request
@@ -78,6 +82,10 @@ type Lease struct {
 	// in all, of the TTL before; both 0 when nothing is known. See
 	// allotv1.Lease.
 	FullFor, FullInTTL time.Duration
+	// FallbackNodes is what the node's fallback divides the rule by for
+	// the key, at least: Holders, or more so that the fallback shares told
+	// to the key's holders never sum above the rule (fallbackNodes).
+	FallbackNodes int64
 }
 
 // Return gives back tokens of a lease.

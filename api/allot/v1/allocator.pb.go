@@ -200,10 +200,12 @@ type LeaseRequest struct {
 	// How long ago the first of the consumed tokens was admitted. Consumed
 	// tokens are debited in full however late they are reported, less what
 	// the allocator reserved for this node while it was away (its fallback
-	// share, for a holder whose lease ended without a release); the age bounds
-	// the debit by what the node's fallback share could have admitted in that
-	// time (counted up to the lease's absence, a minute or 30 TTLs). A window
-	// rule drops consumption that began in a window that has ended.
+	// share, for a holder whose lease ended without a release, until its
+	// next request after the one that came back reporting consumption: what
+	// it admitted while that one was on its way is covered too); the age
+	// bounds the debit by what the node's fallback share could have admitted
+	// in that time (counted up to the lease's absence, a minute or 30 TTLs).
+	// A window rule drops consumption that began in a window that has ended.
 	ConsumedAge *durationpb.Duration `protobuf:"bytes,5,opt,name=consumed_age,json=consumedAge,proto3" json:"consumed_age,omitempty"`
 	// The node's demand on this key, in tokens per second. It asks for a
 	// share of the rule's refill rate for the lease's life (Lease.rate), so
@@ -229,7 +231,14 @@ type LeaseRequest struct {
 	// returns included. A return credits at most this much. Without it (a
 	// node before this field) a return credits nothing: the allocator cannot
 	// tell tokens given back from tokens spent.
-	Held          *int64 `protobuf:"varint,10,opt,name=held,proto3,oneof" json:"held,omitempty"`
+	Held *int64 `protobuf:"varint,10,opt,name=held,proto3,oneof" json:"held,omitempty"`
+	// What this node's fallback divides the rule by for this key, at the
+	// least, until this request's answer arrives: the fallback_nodes of its
+	// last lease on the key. The allocator counts the node's fallback share
+	// as the larger of the two it may use while the answer is on its way
+	// (see Lease.fallback_nodes). 0: none yet, or a node before this field
+	// (taken to divide by what it was told last).
+	FallbackNodes uint32 `protobuf:"varint,11,opt,name=fallback_nodes,json=fallbackNodes,proto3" json:"fallback_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,6 +339,13 @@ func (x *LeaseRequest) GetSeq() uint64 {
 func (x *LeaseRequest) GetHeld() int64 {
 	if x != nil && x.Held != nil {
 		return *x.Held
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetFallbackNodes() uint32 {
+	if x != nil {
+		return x.FallbackNodes
 	}
 	return 0
 }
@@ -441,8 +457,17 @@ type Lease struct {
 	// owes it. Both zero when nothing is known (a lease answered again, a
 	// window rule, an allocator before these fields): the node keeps
 	// nothing, as the way back may have taken no time.
-	FullFor       *durationpb.Duration `protobuf:"bytes,11,opt,name=full_for,json=fullFor,proto3" json:"full_for,omitempty"`
-	FullInTtl     *durationpb.Duration `protobuf:"bytes,12,opt,name=full_in_ttl,json=fullInTtl,proto3" json:"full_in_ttl,omitempty"`
+	FullFor   *durationpb.Duration `protobuf:"bytes,11,opt,name=full_for,json=fullFor,proto3" json:"full_for,omitempty"`
+	FullInTtl *durationpb.Duration `protobuf:"bytes,12,opt,name=full_in_ttl,json=fullInTtl,proto3" json:"full_in_ttl,omitempty"`
+	// What the node's fallback divides the rule by for this key, at least:
+	// holders, or more while the fallback shares the allocator has told the
+	// key's holders would otherwise sum above the rule (a holder told of
+	// fewer, as the first of a cold fleet is, keeps its larger share until
+	// it asks again; one that the others' shares leave no room for is told
+	// 2^31-1, and falls back on nothing). So every node's fallback on the
+	// key together admits no more than the rule. 0: an allocator before this
+	// field (divide by holders).
+	FallbackNodes uint32 `protobuf:"varint,13,opt,name=fallback_nodes,json=fallbackNodes,proto3" json:"fallback_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -559,6 +584,13 @@ func (x *Lease) GetFullInTtl() *durationpb.Duration {
 		return x.FullInTtl
 	}
 	return nil
+}
+
+func (x *Lease) GetFallbackNodes() uint32 {
+	if x != nil {
+		return x.FallbackNodes
+	}
+	return 0
 }
 
 type ReleaseRequest struct {
@@ -1247,7 +1279,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xb6\x02\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xdd\x02\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1259,12 +1291,13 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x0ereturned_epoch\x18\b \x01(\x03R\rreturnedEpoch\x12\x10\n" +
 	"\x03seq\x18\t \x01(\x04R\x03seq\x12\x17\n" +
 	"\x04held\x18\n" +
-	" \x01(\x03H\x00R\x04held\x88\x01\x01B\a\n" +
+	" \x01(\x03H\x00R\x04held\x88\x01\x01\x12%\n" +
+	"\x0efallback_nodes\x18\v \x01(\rR\rfallbackNodesB\a\n" +
 	"\x05_held\"u\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +
 	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\x12\x14\n" +
-	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\x99\x03\n" +
+	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\xc0\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -1279,7 +1312,8 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x04rate\x18\n" +
 	" \x01(\x01R\x04rate\x124\n" +
 	"\bfull_for\x18\v \x01(\v2\x19.google.protobuf.DurationR\afullFor\x129\n" +
-	"\vfull_in_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\tfullInTtl\"U\n" +
+	"\vfull_in_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\tfullInTtl\x12%\n" +
+	"\x0efallback_nodes\x18\r \x01(\rR\rfallbackNodes\"U\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\areturns\x18\x02 \x03(\v2\x10.allot.v1.ReturnR\areturns\"~\n" +

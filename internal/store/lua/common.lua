@@ -35,7 +35,17 @@
 -- and the difference takes 5 bytes where x takes 9); then ten per holder:
 -- node, until (µs), want, wanted rate, lent rate (nil when it is the wanted
 -- rate, as it mostly is), seq, granted, held, epoch and n, the holder count
--- its last lease told it (core.go's holder).
+-- its last lease told it (core.go's holder). A holder back from an absence
+-- (core_absence.go) has a back record right after its own: ten values
+-- again, node being "\255" and the holder's node, then 0 (until), back
+-- (µs), 0, nil, back_n, back_used, 0, 0 and 1. A version before it reads
+-- the record as a holder whose absence ended long ago, which its refills,
+-- counts and reservations pass over and its next lease forgets, and keeps
+-- the record's bytes otherwise: it sees no return, as it knew none. No
+-- node is named so (node ids are UTF-8, and 255 begins no UTF-8 string), a
+-- back record that does not follow its holder's (one that version released)
+-- is dropped, and a holder without one reads back as none, so the tags
+-- stay: both versions read each other's states.
 -- cmsgpack writes a number as an integer when it is one, else as a float32
 -- when that is exact, else as a float64, so every number reads back bit for
 -- bit (but -0, which reads back as 0 and which no decision tells apart). A
@@ -43,7 +53,7 @@
 -- from.
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
-local fmod, sort, sub = math.fmod, table.sort, string.sub
+local fmod, sort, sub, byte = math.fmod, table.sort, string.sub, string.byte
 local pack, unpack_all = cmsgpack.pack, cmsgpack.unpack
 local unpack_n, call = cmsgpack.unpack_limit, redis.call
 
@@ -82,9 +92,10 @@ end
 -- stored x decides, as in core.go, not Redis' TTL, which may reach up to
 -- ttl_step further). With with_holders, st.holders maps each holder's
 -- node to { until, want, wanted rate, lent rate, seq, granted, held, epoch,
--- n, node, first byte, end byte } and st.list holds them in stored order;
--- without, the bytes after the scalars are kept whole in st.tail, to be
--- written back as they are.
+-- n, node, first byte, end byte, back, back_n, back_used } (the last three
+-- nil when it is not back; its end byte is its back record's) and st.list
+-- holds them in stored order; without, the bytes after the scalars are
+-- kept whole in st.tail, to be written back as they are.
 local function load(now, with_holders)
   local v = call('GET', key)
   if not v then
@@ -106,14 +117,23 @@ local function load(now, with_holders)
     local from = at
     local node, u, w, wr, r, sq, g, hd, ep, hn
     at, node, u, w, wr, r, sq, g, hd, ep, hn = unpack_n(v, 10, at)
-    if r == nil then
-      r = wr
+    local stop = at < 0 and #v or at
+    if byte(node, 1) == 255 then
+      -- A back record: its holder's, read just before it.
+      local h = list and list[n]
+      if h and h[12] == from and h[10] == sub(node, 2) then
+        h[12], h[13], h[14], h[15] = stop, w, sq, g
+      end
+    else
+      if r == nil then
+        r = wr
+      end
+      local h = { u, w, wr, r, sq, g, hd, ep, hn, node, from, stop }
+      n = n + 1
+      list = list or {}
+      list[n] = h
+      st.holders[node] = h
     end
-    local h = { u, w, wr, r, sq, g, hd, ep, hn, node, from, at < 0 and #v or at }
-    n = n + 1
-    list = list or {}
-    list[n] = h
-    st.holders[node] = h
   end
   st.list, st.raw = list, v
   return st
@@ -135,6 +155,9 @@ local function save(st, now)
     end
     v = pack(st.t, st.p, st.s, st.x - st.s,
       st.held, h[1], h[2], h[3], r, h[5], h[6], h[7], h[8], h[9])
+    if h[13] then
+      v = v .. pack('\255' .. st.held, 0, h[13], 0, nil, h[14], h[15], 0, 0, 1)
+    end
   else
     v = pack(st.t, st.p, st.s, st.x - st.s)
   end
@@ -185,16 +208,32 @@ local function sorted_sum(xs)
   return sum
 end
 
+-- share_n is core_absence.go's holder.shareN: what the holder's fallback
+-- divides by, the smaller of its two counts while it is back.
+local function share_n(h)
+  if h[13] then
+    return min(h[9], h[14])
+  end
+  return h[9]
+end
+
 -- window_reserve is core_absence.go's windowReserve: l/n for each absent
--- holder that may fall back in the window starting at start. A window's
--- leases end with their window.
+-- holder that may fall back in the window starting at start, and for each
+-- back in it what is left of its l/n. A window's leases end with their
+-- window.
 local function window_reserve(st, now, start)
   local xs
+  local epoch = start / period
   for _, h in pairs(st.holders) do
-    local stop = min(h[1], (h[8] + 1) * period)
-    if stop <= start and h[1] + absence > now then
-      xs = xs or {}
-      xs[#xs + 1] = limit / h[9]
+    if h[1] + absence > now then
+      local share = limit / share_n(h)
+      if min(h[1], (h[8] + 1) * period) <= start then
+        xs = xs or {}
+        xs[#xs + 1] = share
+      elseif h[13] and h[8] == epoch then
+        xs = xs or {}
+        xs[#xs + 1] = max(share - h[15], 0)
+      end
     end
   end
   return sorted_sum(xs)
@@ -225,8 +264,8 @@ local function dispatch(acquire, release, check, setup)
   end
   for i = 1, #KEYS do
     key = KEYS[i]
-    local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10
-    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10 =
+    local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11
+    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11 =
       unpack_all(ARGV[i + 1])
     absence = max(60000000, 30 * ttl)
     if setup then
@@ -235,7 +274,7 @@ local function dispatch(acquire, release, check, setup)
     if op == 'a' then
       req.node, req.want, req.consumed, req.age, req.want_rate = a1, a2, a3, a4, a5
       req.returned, req.returned_epoch, req.seq, req.strict = a6, a7, a8, a9 == 1
-      req.held = a10
+      req.held, req.fallback_nodes = a10, a11
       replies[i] = acquire(now, req)
     elseif op == 'r' then
       replies[i] = release(now, a1, a2, a3, a4)

@@ -37,12 +37,14 @@ local function acquire(now, req)
   if req.returned_epoch == epoch then
     held = held - credited
   end
-  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
-  local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
+  local prev = st.holders[req.node]
+  local added = debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
+  local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
   local used = st.t + window_reserve(st, now, start)
   local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   lent(st, req.node, g)
+  mark_back(st, req, prev, now, epoch, added + g, true)
   remember(st, req, g)
   local remaining = floor(max(limit - used - g, 0))
   local stop = start + period
@@ -54,7 +56,7 @@ local function acquire(now, req)
   end
   st.x = max(stop + ttl, kept_until(st))
   save(st, now)
-  return { g, remaining, lease_ttl, retry, holders, epoch, '0' }
+  return { g, remaining, lease_ttl, retry, holders, epoch, '0', 0, 0, told }
 end
 
 -- Only a return into the current window is credited; a missing state is an

@@ -23,13 +23,26 @@ end
 -- none is the wants of no other holder, shared so as to spare a table.
 local none = {}
 
+-- fallback_nodes is core_holders.go's fallbackNodes: what a holder's
+-- fallback is to divide by, count or more, so that the holders' parts of
+-- the rule (taken, the others') sum to no more than the whole.
+local function fallback_nodes(count, taken)
+  local rest = 1 - taken
+  if rest <= 1e-9 then
+    return 2147483647
+  end
+  return min(max(count, ceil(1 / rest - 1e-9)), 2147483647)
+end
+
 -- hold is core_holders.go's hold: records node as a holder wanting want
 -- tokens and want_rate tokens per second until now+ttl, forgets the holders
 -- whose absence has ended, and returns the wants of the other present
--- holders and the count of the holders, absent ones included, which it
--- records as the node's n. Its share is lend_rate's.
+-- holders, the count of the holders, absent ones included, and what the
+-- node's fallback is to divide by; it records as the node's n the least of
+-- that and what the node said (req.fallback_nodes, 0: it did not). Its
+-- share is lend_rate's.
 local function hold(st, node, want, want_rate, now, held, epoch)
-  local others, count = none, 1
+  local others, count, parts = none, 1, nil
   for n, h in pairs(st.holders) do
     if h[1] + absence <= now then
       st.holders[n] = nil
@@ -40,12 +53,19 @@ local function hold(st, node, want, want_rate, now, held, epoch)
         end
         others[#others + 1] = h[2]
       end
+      parts = parts or {}
+      parts[#parts + 1] = 1 / max(h[9], 1)
       count = count + 1
     end
   end
-  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0, held, epoch, count }
+  local told = fallback_nodes(count, sorted_sum(parts))
+  local n = told
+  if req.fallback_nodes > 0 then
+    n = min(n, req.fallback_nodes)
+  end
+  st.holders[node] = { now + ttl, want, want_rate, 0, 0, 0, held, epoch, n }
   st.held = node
-  return others, count
+  return others, count, told
 end
 
 -- givable is core_holders.go's givable: what node may give back at now of what
@@ -141,7 +161,7 @@ local function replay(st, now, req, window)
     remaining = floor(max(limit - st.t, 0))
     lease_ttl = max(min(ttl, (epoch + 1) * period - applied), 0)
   end
-  return { h[6], remaining, lease_ttl, 0, count, epoch, rate_reply(h[4]) }
+  return { h[6], remaining, lease_ttl, 0, count, epoch, rate_reply(h[4]), 0, 0, max(h[9], 1) }
 end
 
 -- fair_grant is core_holders.go's fairGrant: water-filling over the holders'
@@ -176,10 +196,35 @@ end
 
 -- debit_window is core_window.go's debitWindow, on a state rolled to the
 -- window starting at start, deciding at at: consumption that began in an
--- ended window is dropped.
+-- ended window is dropped. It returns what it added.
 local function debit_window(st, consumed, age, at, start)
   if at - age < start then
+    return 0
+  end
+  local before = st.t
+  st.t = min(st.t + consumed, 2 * limit)
+  return st.t - before
+end
+
+-- mark_back is core_absence.go's markBack: whether req, granted, came back
+-- from a reserved absence (prev: its holder before the request), and so
+-- keeps its reservation until its next request. window is true for a
+-- window rule, epoch then the current window and counted what the request
+-- counted in it.
+local function mark_back(st, req, prev, now, epoch, counted, window)
+  if prev == nil or req.consumed <= 0 or prev[1] > now or prev[1] + absence <= now then
     return
   end
-  st.t = min(st.t + consumed, 2 * limit)
+  local used = 0
+  if window then
+    if min(prev[1], (prev[8] + 1) * period) <= epoch * period then
+      used = counted
+    elseif prev[13] and prev[8] == epoch then
+      used = prev[15] + counted
+    else
+      return
+    end
+  end
+  local h = st.holders[req.node]
+  h[13], h[14], h[15] = now, share_n(prev), used
 end

@@ -39,13 +39,15 @@ local function acquire(now, req)
   if req.returned_epoch == epoch then
     held = held - credited
   end
-  debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
-  local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
+  local prev = st.holders[req.node]
+  local added = debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
+  local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
   local reserve = window_reserve(st, now, start)
   local used = estimate(st, at, start) + reserve
   local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   lent(st, req.node, g)
+  mark_back(st, req, prev, now, epoch, added + g, true)
   remember(st, req, g)
   local remaining = floor(max(limit - used - g, 0))
   local retry = 0
@@ -55,7 +57,7 @@ local function acquire(now, req)
   st.x = max(start + 2 * period + ttl, kept_until(st))
   save(st, now)
   -- Tokens of a window die with it (core_window.go).
-  return { g, remaining, min(ttl, start + period - at), retry, holders, epoch, '0' }
+  return { g, remaining, min(ttl, start + period - at), retry, holders, epoch, '0', 0, 0, told }
 end
 
 -- A return is credited to the window it was leased in, while that window

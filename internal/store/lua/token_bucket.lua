@@ -19,7 +19,8 @@ local function fresh(now)
 end
 
 -- withheld_rate is core_bucket.go's withheldRate: the shares and the
--- absent holders' reservations (r/n each) active at now, tokens per second.
+-- reservations (r/n each) of the holders absent or back at now, tokens per
+-- second.
 local function withheld_rate(st, now)
   local rates
   for _, h in pairs(st.holders) do
@@ -27,9 +28,9 @@ local function withheld_rate(st, now)
       rates = rates or {}
       rates[#rates + 1] = h[4]
     end
-    if h[1] <= now and h[1] + absence > now then
+    if h[1] + absence > now and (h[13] or h[1] <= now) then
       rates = rates or {}
-      rates[#rates + 1] = per_second / h[9]
+      rates[#rates + 1] = per_second / share_n(h)
     end
   end
   return sorted_sum(rates)
@@ -37,10 +38,10 @@ end
 
 -- refill adds what the bucket earned since the last refill: the rule's rate,
 -- less the shares lent to holders, each until its lease ended, and less the
--- absent holders' reservations, each from when its lease ended until its
--- absence did. A clock that steps back earns nothing and does not move the
--- stamp back. It returns how long the bucket has been full (core_bucket.go's
--- refill).
+-- reservations of the holders absent or back, each from when its lease
+-- ended, or it came back, until its absence did. A clock that steps back
+-- earns nothing and does not move the stamp back. It returns how long the
+-- bucket has been full (core_bucket.go's refill).
 local function refill(st, now)
   if now <= st.s then
     return 0
@@ -54,10 +55,10 @@ local function refill(st, now)
     end
   end
   for _, h in pairs(st.holders) do
-    local from, to = max(h[1], st.s), min(now, h[1] + absence)
+    local from, to = max(h[13] or h[1], st.s), min(now, h[1] + absence)
     if to > from then
       lent = lent or {}
-      lent[#lent + 1] = per_second / h[9] * (to - from) / 1e6
+      lent[#lent + 1] = per_second / share_n(h) * (to - from) / 1e6
     end
   end
   local earned = (now - st.s) * rate - sorted_sum(lent)

@@ -2,27 +2,28 @@
 -- of core.go, the lease part of token buckets (redis.go appends it, after
 -- lease.lua, to token_bucket.lua).
 
--- reserved_rates is core_absence.go's reservedRates: the absent holders'
--- reservations active at now, tokens per second.
+-- reserved_rates is core_absence.go's reservedRates: the reservations of
+-- the holders absent or back at now, tokens per second.
 local function reserved_rates(st, now)
   local rates
   for _, h in pairs(st.holders) do
-    if h[1] <= now and h[1] + absence > now then
+    if h[1] + absence > now and (h[13] or h[1] <= now) then
       rates = rates or {}
-      rates[#rates + 1] = per_second / h[9]
+      rates[#rates + 1] = per_second / share_n(h)
     end
   end
   return sorted_sum(rates)
 end
 
--- cover is core_absence.go's cover: what node, back from an absence, had
--- reserved for its fallback since its lease ended.
+-- cover is core_absence.go's cover: what node, back from an absence or at
+-- its next request since, had reserved for its fallback since its
+-- reservation started.
 local function cover(st, node, now)
   local h = st.holders[node]
-  if h == nil or h[1] > now or h[1] + absence <= now then
+  if h == nil or h[1] + absence <= now or not (h[13] or h[1] <= now) then
     return 0
   end
-  return per_second / h[9] * (now - h[1]) / 1e6
+  return per_second / share_n(h) * max(now - (h[13] or h[1]), 0) / 1e6
 end
 
 -- lend_rate is core_holders.go's lendRate: node's share of the rule's rate.
@@ -90,12 +91,14 @@ local function acquire(now, req)
   local credited, held = give_back(st, req.node, now, 0, req.returned, req.held)
   st.t = min(capacity, st.t + credited)
   local covered = cover(st, req.node, now)
+  local prev = st.holders[req.node]
   debit(st, max(cap_consumed(st, capacity, req.node, now, req.consumed, req.age) - covered, 0))
-  local others, holders = hold(st, req.node, req.want, req.want_rate, now, held, 0)
+  local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, 0)
   local g = fair_grant(floor(max(st.t, 0)), req.want, others)
   st.t = st.t - g
   lent(st, req.node, g)
   local share = lend_rate(st, req.node, now)
+  mark_back(st, req, prev, now, 0, 0, false)
   remember(st, req, g)
   local remaining = floor(max(st.t, 0))
   local retry = 0
@@ -107,7 +110,7 @@ local function acquire(now, req)
   end
   st.x = expiry(st, now)
   save(st, now)
-  return { g, remaining, ttl, retry, holders, 0, rate_reply(share), full_for, full_in_ttl }
+  return { g, remaining, ttl, retry, holders, 0, rate_reply(share), full_for, full_in_ttl, told }
 end
 
 -- A missing state is a full bucket: a return to it changes nothing, so

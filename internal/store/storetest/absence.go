@@ -16,13 +16,17 @@ import (
 
 // absentAt leaves node "a" absent on key of r from its lease's end, told
 // of 2 holders in its last lease (so its fallback share is a half), and
-// the key with no other holder: "b" came first and released.
+// the key with no other holder: "b" came first and released. Each asks
+// twice, so that each is told 2 (b, first, is told 1, and a, with b's
+// whole share outstanding, none, until they ask again).
 func absentAt(t *testing.T, s store.Store, r *rules.Rule, key string, want int64) store.Lease {
 	t.Helper()
 	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: key, Node: "b"})
+	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: key, Node: "a"})
+	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: key, Node: "b"})
 	l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: key, Node: "a", Want: want})
-	if l.Holders != 2 {
-		t.Fatalf("a's lease %+v, want 2 holders", l)
+	if l.Holders != 2 || l.FallbackNodes != 2 {
+		t.Fatalf("a's lease %+v, want 2 holders and a fallback of a half", l)
 	}
 	leave(t, s, r, key, "b")
 	return l

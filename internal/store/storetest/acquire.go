@@ -86,9 +86,12 @@ func testShareWithholdsRefill(t *testing.T, h Harness) {
 
 // A share ends with its lease. Its holder, gone without a release, is
 // absent: its fallback share (the rate over the 2 holders it was told of)
-// is reserved, and the bucket earns the rest of the rate.
+// is reserved, and the bucket earns the rest of the rate. (Each asks
+// twice, so that each is told 2: see absentAt.)
 func testShareEndsWithLease(t *testing.T, h Harness) {
 	s, r := h.New(t), fastRule(t, 100*time.Millisecond)
+	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "b"})
+	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a"})
 	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "b"})
 	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 1000, WantRate: 1000})
 	if err := s.Release(context.Background(), []store.Return{{Rule: r, Key: "k", Node: "b"}}); err != nil {
@@ -97,6 +100,7 @@ func testShareEndsWithLease(t *testing.T, h Harness) {
 	h.Advance(t, 300*time.Millisecond) // 100ms lent, then at least 200ms at 1000/s less 500/s reserved
 	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "c", Want: 1000}); l.Granted < 100 || l.Granted >= 200 {
 		t.Fatalf("granted %d, want at least the 100 earned after the share ended beside the reservation, and not the 200 of the whole rate", l.Granted)
+
 	}
 }
 
