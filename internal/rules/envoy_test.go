@@ -326,3 +326,24 @@ envoy:
 		}
 	}
 }
+
+// A version is a digest of the rules' meaning: one file parsed again (a
+// restart, a SIGHUP, another allocator) gives the same one. The envoy
+// section's digest once printed its limits' rule pointers, and each parse
+// gave a new version: nodes balanced over two allocators re-applied rules
+// and called GetRules every few seconds.
+func TestVersionIsStableAcrossParses(t *testing.T) {
+	first, err := Parse("t.yaml", []byte(envoyExamples))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		again, err := Parse("t.yaml", []byte(envoyExamples))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Version() != first.Version() {
+			t.Fatalf("parse %d: version %s, the first %s: the same file must give the same version", i+2, again.Version(), first.Version())
+		}
+	}
+}

@@ -307,7 +307,9 @@ func (dp *domainParse) limit(field string, n *yaml.Node, path []EnvoyEntry, shad
 	if err := dp.naming(field, f, l, rule); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(dp.digest, "%s %q %+v %s\n", id, dp.dom.Name, *l, alg)
+	c := *l
+	c.Rule = nil // (a pointer: its meaning, not its address)
+	fmt.Fprintf(dp.digest, "%s %q %+v %s %s\n", id, dp.dom.Name, c, l.Rule.digest(), alg)
 	return l, nil
 }
 

@@ -53,12 +53,22 @@ func (s *Set) Len() int { return len(s.list) }
 // Version changes whenever the content of the set changes.
 func (s *Set) Version() string { return s.version }
 
+// digest is what the rule means, for a version: its fields, without the
+// pointers (the overrides' rules, derived from Overrides, and an
+// override's base), whose addresses change with every parse.
+func (r *Rule) digest() string {
+	if r == nil {
+		return "none"
+	}
+	c := *r
+	c.keyed, c.base = nil, nil
+	return fmt.Sprintf("%+v", c)
+}
+
 func (s *Set) hash() string {
 	var b strings.Builder
 	for _, r := range s.list {
-		c := *r
-		c.keyed = nil // derived from Overrides, and a pointer
-		fmt.Fprintf(&b, "%+v\n", c)
+		b.WriteString(r.digest() + "\n")
 	}
 	if s.envoy != nil { // a file without an envoy section keeps its version
 		fmt.Fprintf(&b, "envoy %s\n", s.envoy.digest)
