@@ -69,7 +69,7 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 				// Served: the allocator answers, or the lease may still be in
 				// force at the store. An empty key waits for its next lease.
 				k.Refused(n)
-				return Verdict{Remaining: k.remaining(0), RetryAfter: k.leaseRetry(r, n, monoAt(now))}
+				return k.refusedOnLease(r, n, monoAt(now))
 			case r.Failure == rules.FailClosed:
 				k.Refused(n)
 				return Verdict{Fallback: true, RetryAfter: r.Lease.Refresh}
@@ -82,7 +82,7 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 			// admits a second time (1,005 in a window of 1,000 as a node came
 			// back from a cut).
 			k.Refused(n)
-			return Verdict{Remaining: k.remaining(0), RetryAfter: k.leaseRetry(r, n, monoAt(now))}
+			return k.refusedOnLease(r, n, monoAt(now))
 		}
 		res, ok := a.Decide(r, nodes, c.Windows(time.Duration(wall.UnixNano())-now), now, n)
 		if !ok {
@@ -145,8 +145,34 @@ func (k *KeyLease) Undo(v Verdict, n int64) int64 {
 }
 
 // leaseRetry estimates when a starved key may pass: not before its next
-// refill, and not before the rule could have made n tokens.
+// refill, and for a token bucket not before the rule could have made n
+// tokens; for a window rule the store spent, when the store said its
+// window frees them (windowFrees).
 func (k *KeyLease) leaseRetry(r *rules.Rule, n int64, now mono) time.Duration {
+	if r.Algorithm != rules.TokenBucket {
+		return max(k.retryIn(now), k.windowFrees(now), time.Millisecond)
+	}
 	made := time.Duration(min(float64(n)/r.Rate()*float64(time.Second), math.MaxInt64/2))
 	return max(k.retryIn(now), made, time.Millisecond)
+}
+
+// windowFrees is how long until the store's window frees what a window
+// key was refused, as its last grant said: 0 when it said nothing, or its
+// instant has passed (the window moved on).
+func (k *KeyLease) windowFrees(now mono) time.Duration {
+	if at := mono(k.freesAt.Load()); at != 0 {
+		return max(at.Sub(now), 0)
+	}
+	return 0
+}
+
+// refusedOnLease is a lease's refusal of n tokens at now: what is left,
+// and when to retry. A window rule's resets when its window frees what
+// was refused, when the store said so.
+func (k *KeyLease) refusedOnLease(r *rules.Rule, n int64, now mono) Verdict {
+	v := Verdict{Remaining: k.remaining(0), RetryAfter: k.leaseRetry(r, n, now)}
+	if r.Algorithm != rules.TokenBucket && k.windowFrees(now) > 0 {
+		v.ResetAfter = v.RetryAfter
+	}
+	return v
 }

@@ -20,6 +20,13 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 	g.Rate = min(g.Rate, r.Rate())
 	k.holders.Store(int32(min(g.Holders, math.MaxInt32)))
 	k.fallbackN.Store(int32(min(max(g.FallbackNodes, 0), math.MaxInt32)))
+	k.freesAt.Store(0)
+	if r := k.Rule(); r.Algorithm != rules.TokenBucket && g.Granted < f.want && g.Remaining == 0 && g.RetryAfter > 0 {
+		// The window is spent: the store says when it frees the want (a
+		// fixed window's end), from when it applied the request, which
+		// the answer's arrival follows.
+		k.freesAt.Store(int64(now.Add(g.RetryAfter)))
+	}
 	k.central.Store(max(g.Remaining, 0))
 	c.sawHolders(g.Holders, now)
 	k.short = g.Granted < f.want

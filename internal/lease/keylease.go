@@ -26,6 +26,7 @@ type KeyLease struct {
 	demand    atomic.Int64  // asked of the key and not taken from its lease: the rate estimate's
 	holders   atomic.Int32  // the allocator's last count of the key's holders
 	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
+	freesAt   atomic.Int64  // window rules: the mono at which the store said its window frees a refused want; 0: none
 	notBefore atomic.Int64  // the mono before which no refill leaves
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
 	epoch     atomic.Int64  // the window of its newest lease (window rules)
