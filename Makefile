@@ -20,9 +20,11 @@ SIM_SEEDS ?= 1000
 SEEDS     ?= 100000
 FROM      ?= 1
 
-## test: every test against a throwaway redis-server: the race detector on,
-## then the simulator's seeds, the fleet and the chaos tests.
+## test: go vet (the README's snippets included, internal/readme), then
+## every test against a throwaway redis-server: the race detector on, then
+## the simulator's seeds, the fleet and the chaos tests.
 test:
+	$(GO) vet ./...
 	./scripts/with-redis.sh sh -c '$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v -e /internal/fleet -e /internal/chaos -e "/internal/sim$$") && $(GO) test -timeout 5m $(SIM_PKG) -args -seeds $(SIM_SEEDS) && $(GO) test $(FLEETFLAGS) $(FLEET_PKGS)'
 
 ## sim: the fleet simulator over SEEDS seeds from FROM (make sim SEEDS=100000):

@@ -1,0 +1,84 @@
+package readme
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// exampleFiles hold the README's snippets as the bodies of functions.
+var exampleFiles = []string{
+	"../../client/readme_example_test.go",
+	"../../client/grpclimit/readme_example_test.go",
+}
+
+var goBlock = regexp.MustCompile("(?ms)^([ \t]*)```go\n(.*?)^[ \t]*```")
+
+// Every Go snippet of the README appears, line by line (indentation
+// aside), in one of the example files, so that what a new user copies
+// compiles and passes vet. (The README's first example once read
+// `client.RuleKey{"burst", user}`, unkeyed fields go vet refuses, and
+// `...` where code belongs.)
+func TestREADMESnippetsAreCompiledExamples(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var examples []string
+	for _, f := range exampleFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		examples = append(examples, lines(string(b))...)
+	}
+	blocks := goBlock.FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("no Go snippet found in the README")
+	}
+	for _, b := range blocks {
+		snippet := lines(b[2])
+		if !contains(examples, snippet) {
+			t.Errorf("a README snippet is in no example file (%s); make it the body of a function there:\n%s",
+				strings.Join(base(exampleFiles), ", "), b[2])
+		}
+	}
+}
+
+// lines are s's lines without their indentation, blank ones dropped.
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// contains reports whether want is a run of consecutive lines of have.
+func contains(have, want []string) bool {
+	for i := 0; i+len(want) <= len(have); i++ {
+		match := true
+		for j := range want {
+			if have[i+j] != want[j] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+func base(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p)
+	}
+	return out
+}
