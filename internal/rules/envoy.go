@@ -58,7 +58,7 @@ type EnvoyDomain struct {
 // may match, most specific first.
 type envoyNode struct {
 	exact    map[envoyPair]*envoyDescriptor // key and value
-	prefixes []*envoyDescriptor             // value ending in '*', in file order
+	patterns []*envoyDescriptor             // value holding a '*', in file order
 	anyValue map[string]*envoyDescriptor    // key only
 }
 
@@ -66,10 +66,12 @@ type envoyPair struct{ key, value string }
 
 // envoyDescriptor is one configured descriptor entry.
 type envoyDescriptor struct {
-	key, value string // value: "" for any, "abc" for a prefix "abc*"
-	prefix     bool
-	limit      *EnvoyLimit // nil: a level on the way to nested descriptors
-	children   envoyNode
+	key, value string // value: "" for any; as written for a pattern
+	// pattern: value holds a '*' (anywhere: "abc*", "*.example.com",
+	// "/api/*/action"), matched by globMatch, the overrides' matcher.
+	pattern  bool
+	limit    *EnvoyLimit // nil: a level on the way to nested descriptors
+	children envoyNode
 }
 
 // EnvoyLimit is the rate_limit of a descriptor.
@@ -163,10 +165,11 @@ func (e *Envoy) Domains() []string { return append([]string(nil), e.order...) }
 
 // Lookup finds the limit of a request's descriptor, whose n entries entry
 // returns, the way envoyproxy/ratelimit does: at each level an entry
-// matches its key and value, else a value prefix ("abc*", first in file
-// order), else its key alone; a limit applies only if the descriptor's
-// last entry lands on it. A descriptor with more entries than the matched
-// levels, or fewer, has no limit (nil).
+// matches its key and value, else a value pattern ('*' for any run of
+// characters, anywhere in the value: "abc*", "/api/*/action"; the first
+// in file order), else its key alone; a limit applies only if the
+// descriptor's last entry lands on it. A descriptor with more entries
+// than the matched levels, or fewer, has no limit (nil).
 func (d *EnvoyDomain) Lookup(n int, entry func(i int) (key, value string)) *EnvoyLimit {
 	level := &d.root
 	for i := range n {
@@ -187,8 +190,8 @@ func (l *envoyNode) match(key, value string) *envoyDescriptor {
 	if d := l.exact[envoyPair{key, value}]; d != nil {
 		return d
 	}
-	for _, d := range l.prefixes {
-		if d.key == key && strings.HasPrefix(value, d.value) {
+	for _, d := range l.patterns {
+		if d.key == key && globMatch(d.value, value) {
 			return d
 		}
 	}
@@ -197,7 +200,7 @@ func (l *envoyNode) match(key, value string) *envoyDescriptor {
 
 // EnvoyEntry is one step of a descriptor's path, for naming its rule.
 type EnvoyEntry struct {
-	Key, Value string // Value "" for any value; "abc*" for a prefix
+	Key, Value string // Value "" for any value; as written for a pattern ("abc*")
 }
 
 // envoyNamePrefix starts every rule name made from the envoy section.

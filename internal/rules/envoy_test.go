@@ -347,3 +347,69 @@ func TestVersionIsStableAcrossParses(t *testing.T) {
 		}
 	}
 }
+
+// A '*' stands for any run of characters wherever it is in a value, as in
+// envoyproxy/ratelimit (its wildcard.yaml's midWild "bar*b"), and with the
+// one matcher the rules' overrides use. Exact values win over patterns,
+// patterns are tried in file order, and the key alone comes last. Such
+// values once loaded and matched only themselves: silently unlimited.
+func TestEnvoyWildcardsAnywhere(t *testing.T) {
+	s, err := Parse("t.yaml", []byte(`
+envoy:
+  domains:
+    - domain: d
+      descriptors:
+        - key: path
+          value: /api/*/action
+          rate_limit: { unit: minute, requests_per_unit: 1 }
+        - key: path
+          value: /api/v1/action
+          rate_limit: { unit: minute, requests_per_unit: 2 }
+        - key: path
+          value: /api/*
+          rate_limit: { unit: minute, requests_per_unit: 3 }
+        - key: path
+          rate_limit: { unit: minute, requests_per_unit: 4 }
+        - key: midWild
+          value: bar*b
+          rate_limit: { unit: minute, requests_per_unit: 5 }
+        - key: many
+          value: foo*bar*baz
+          descriptors:
+            - key: host
+              value: "*.example.com"
+              rate_limit: { unit: minute, requests_per_unit: 6 }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		entries []string
+		rpu     uint32 // 0: no limit
+	}{
+		{[]string{"path=/api/v2/action"}, 1},
+		{[]string{"path=/api//action"}, 1},     // '*' may stand for nothing
+		{[]string{"path=/api/v1/action"}, 2},   // the exact value wins over a pattern
+		{[]string{"path=/api/v2/action/x"}, 3}, // the first pattern misses, the second matches
+		{[]string{"path=/other"}, 4},           // the key alone
+		{[]string{"midWild=barb"}, 5},          //
+		{[]string{"midWild=bar-x-b"}, 5},       //
+		{[]string{"midWild=bar*b"}, 5},         // the literal, as before
+		{[]string{"midWild=bar-x-bc"}, 0},      // must end in b
+		{[]string{"midWild=xbarb"}, 0},         // must begin with bar
+		{[]string{"many=foo1bar2baz", "host=a.example.com"}, 6},
+		{[]string{"many=foobarbaz", "host=.example.com"}, 6},
+		{[]string{"many=foo1baz2bar", "host=a.example.com"}, 0},
+		{[]string{"many=foo1bar2baz", "host=example.com"}, 0},
+	}
+	for _, c := range cases {
+		l := lookup(t, s.Envoy(), "d", c.entries...)
+		got := uint32(0)
+		if l != nil {
+			got = l.RequestsPerUnit
+		}
+		if got != c.rpu {
+			t.Errorf("%v: the limit of %d a minute, want %d (0: none)", c.entries, got, c.rpu)
+		}
+	}
+}

@@ -194,8 +194,8 @@ func (dp *domainParse) level(field string, n *yaml.Node, l *envoyNode, path []En
 		}
 		lines[id] = dn.Line
 		switch {
-		case d.prefix:
-			l.prefixes = append(l.prefixes, d)
+		case d.pattern:
+			l.patterns = append(l.patterns, d)
 		case d.value == "":
 			if l.anyValue == nil {
 				l.anyValue = make(map[string]*envoyDescriptor)
@@ -236,7 +236,7 @@ func (dp *domainParse) descriptor(field string, n *yaml.Node, parent []EnvoyEntr
 			return nil, entry, dp.p.fail(v.value, "", field+".value", "must be a non-empty string (leave it out to match any value)")
 		}
 		entry.Value = v.value.Value
-		d.value, d.prefix = strings.CutSuffix(entry.Value, "*")
+		d.value, d.pattern = entry.Value, strings.Contains(entry.Value, "*")
 	}
 	path := append(append([]EnvoyEntry(nil), parent...), entry)
 	shadow := false

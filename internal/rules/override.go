@@ -177,31 +177,3 @@ func (r *Rule) forOverride(o *Override) (*Rule, error) {
 	}
 	return &d, nil
 }
-
-// globMatch reports whether s matches pattern, where '*' stands for any run
-// of characters. It walks each string once, backing up only to the last
-// star: linear in practice, never exponential.
-func globMatch(pattern, s string) bool {
-	p, i := 0, 0
-	star, mark := -1, 0
-	for i < len(s) {
-		switch {
-		case p < len(pattern) && pattern[p] == '*':
-			star, mark = p, i
-			p++
-		case p < len(pattern) && pattern[p] == s[i]:
-			p++
-			i++
-		case star >= 0:
-			p = star + 1
-			mark++
-			i = mark
-		default:
-			return false
-		}
-	}
-	for p < len(pattern) && pattern[p] == '*' {
-		p++
-	}
-	return p == len(pattern)
-}

@@ -111,22 +111,6 @@ func TestOverrideErrors(t *testing.T) {
 	}
 }
 
-func TestGlobMatch(t *testing.T) {
-	for _, c := range []struct {
-		pattern, s string
-		want       bool
-	}{
-		{"*", "", true}, {"*", "abc", true}, {"a*", "a", true}, {"a*", "ba", false},
-		{"*a", "ba", true}, {"*a", "ab", false}, {"a*b*c", "a-b-c", true}, {"a*b*c", "a-c-b", false},
-		{"a**b", "ab", true}, {"*ab*ab*", "xxabyyab", true}, {"*ab*ab*", "xxab", false},
-		{"ü*", "über", true}, {"a*a*a*a*b", strings.Repeat("a", 200), false},
-	} {
-		if got := globMatch(c.pattern, c.s); got != c.want {
-			t.Errorf("globMatch(%q, %q) = %v, want %v", c.pattern, c.s, got, c.want)
-		}
-	}
-}
-
 // ForKey costs one nil check on a rule without overrides; with them, a map
 // lookup and the patterns tried in order.
 func BenchmarkForKey(b *testing.B) {
