@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/allot-dev/allot/internal/store"
 )
@@ -32,9 +33,15 @@ import (
 //
 // Shadow limits are decided and counted like the others but never refuse:
 // one that would refuse is left unspent and does not block the rest.
+//
+// A limit of 0, and hits above a limit's capacity, refuse without a store
+// call (the store has nothing to say that could change the answer); their
+// reset is the end of the limit's window on the service's clock, as
+// envoyproxy/ratelimit gives it for every limit (untilWindowEnd).
 func (s *Service) decide(ctx context.Context, checks []check) error {
 	var live []*check // limits the store decides
 	refused := false  // an enforced limit refuses without asking the store
+	now := s.clock.Now()
 	for i := range checks {
 		c := &checks[i]
 		l := c.limit
@@ -42,10 +49,11 @@ func (s *Service) decide(ctx context.Context, checks []check) error {
 		case l == nil || l.Unlimited:
 			continue
 		case l.Rule == nil: // requests_per_unit: 0
-			c.over = c.hits > 0
+			c.over, c.never = c.hits > 0, c.hits > 0
+			c.d = store.Decision{ResetAfter: untilWindowEnd(now, l.Period())}
 		case c.hits > uint64(l.Rule.Capacity()): // can never pass
-			c.over = true
-			c.d = store.Decision{Limit: l.Rule.Limit}
+			c.over, c.never = true, true
+			c.d = store.Decision{Limit: l.Rule.Limit, ResetAfter: untilWindowEnd(now, l.Period())}
 		default:
 			live = append(live, c)
 			continue
@@ -115,4 +123,21 @@ func (s *Service) spend(ctx context.Context, live []*check) error {
 		return nil
 	}
 	return nil
+}
+
+// untilWindowEnd is the time from now to the end of the window of period
+// that now falls in, windows aligned to the Unix epoch: when a fixed
+// window's count starts afresh, and the reset envoyproxy/ratelimit reports
+// for any limit (whole seconds once respond rounds it up). It is never 0: at
+// a window's first instant the whole window is ahead.
+func untilWindowEnd(now time.Time, period time.Duration) time.Duration {
+	p := period.Nanoseconds()
+	if p <= 0 {
+		return 0
+	}
+	into := now.UnixNano() % p
+	if into < 0 { // before 1970
+		into += p
+	}
+	return time.Duration(p - into)
 }

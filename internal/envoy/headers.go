@@ -24,9 +24,10 @@ import (
 //	  ratelimit-policy: "marketing";q=5;w=86400, "envoy.messaging.to_number.3f0c1d9e2a";q=100;w=86400
 //	  ratelimit: "marketing";r=3;t=3600
 //
-// An OVER_LIMIT answer adds retry-after, in whole seconds, at least 1.
-// Unlimited descriptors and those without a limit are left out; with none
-// limited, no header is added.
+// An OVER_LIMIT answer adds retry-after, in whole seconds, at least 1,
+// unless an enforced limit refuses for good (hopeless). Unlimited
+// descriptors and those without a limit are left out; with none limited,
+// no header is added.
 func headers(mode rules.EnvoyHeaders, checks []check, overall rlspb.RateLimitResponse_Code) []*corepb.HeaderValue {
 	if mode == rules.EnvoyHeadersNone {
 		return nil
@@ -77,10 +78,24 @@ func headers(mode rules.EnvoyHeaders, checks []check, overall rlspb.RateLimitRes
 		b.WriteString(";r=" + left + ";t=" + reset)
 		add("ratelimit", b.String())
 	}
-	if overall == rlspb.RateLimitResponse_OVER_LIMIT {
+	if overall == rlspb.RateLimitResponse_OVER_LIMIT && !hopeless(checks) {
 		add("retry-after", strconv.FormatInt(max(sfv.CeilSeconds(bind.reset()), 1), 10))
 	}
 	return out
+}
+
+// hopeless reports whether an enforced limit refuses the request for good
+// (a limit of 0, or more hits than it holds): a retry-after would promise a
+// retry that can never pass, so there is none, as httplimit leaves it out
+// for a cost above a rule's capacity. The reset fields still say when the
+// limit's window ends.
+func hopeless(checks []check) bool {
+	for i := range checks {
+		if c := &checks[i]; c.never && !c.limit.Shadow {
+			return true
+		}
+	}
+	return false
 }
 
 // limited is a descriptor's limit when it counts: not unlimited, not

@@ -39,7 +39,7 @@ func start(t testing.TB, doc string) *rig {
 	clk := clock.NewFake(t0)
 	mem := store.NewMemory(clk)
 	t.Cleanup(func() { mem.Close() })
-	r := serve(t, allocator.Config{Rules: parse(t, doc), Store: mem})
+	r := serve(t, allocator.Config{Rules: parse(t, doc), Store: mem, Clock: clk})
 	r.clk = clk
 	return r
 }

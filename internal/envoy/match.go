@@ -41,6 +41,9 @@ type check struct {
 	// The decision, filled by decide.
 	d    store.Decision
 	over bool // the limit refuses (a shadow limit would have)
+	// never: the limit refuses and no retry can pass (a limit of 0, or
+	// more hits than the limit holds); no retry-after is given for it.
+	never bool
 }
 
 // invalid is an InvalidArgument status naming the field, with a BadRequest

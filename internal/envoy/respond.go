@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/sfv"
 )
 
 // respond writes the decisions as Envoy reads them: one status per
@@ -19,8 +20,10 @@ import (
 //     current_limit, as envoyproxy/ratelimit answers;
 //   - unlimited: OK with limit_remaining 4294967295;
 //   - limited: the limit (name, requests_per_unit, unit, unit_multiplier),
-//     what is left of it, and the time until it resets; OVER_LIMIT when it
-//     refused, unless it is in shadow mode.
+//     what is left of it, and the time until it resets in whole seconds,
+//     rounded up, as envoyproxy/ratelimit gives it (its window's length
+//     less the whole seconds since the window began is the same number);
+//     OVER_LIMIT when it refused, unless it is in shadow mode.
 func respond(checks []check) *rlspb.RateLimitResponse {
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK,
 		Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(checks))}
@@ -35,8 +38,8 @@ func respond(checks []check) *rlspb.RateLimitResponse {
 		default:
 			st.CurrentLimit = currentLimit(l)
 			st.LimitRemaining = clampUint32(c.d.Remaining)
-			if reset := c.reset(); reset > 0 {
-				st.DurationUntilReset = durationpb.New(reset)
+			if reset := sfv.CeilSeconds(c.reset()); reset > 0 {
+				st.DurationUntilReset = &durationpb.Duration{Seconds: reset}
 			}
 			if c.over && !l.Shadow {
 				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
@@ -60,8 +63,9 @@ func currentLimit(l *rules.EnvoyLimit) *rlspb.RateLimitResponse_RateLimit {
 // until the request could pass (the store's RetryAfter; after a refusal
 // decided by the peek, the time until the limit is whole again, which is
 // never less); when allowed, the time until the limit is whole again (for
-// a fixed window, the window's end). 0 when unknown: a limit of 0, or hits
-// above the limit, never pass.
+// a fixed window, the window's end). A limit of 0, and hits above a limit,
+// never pass: theirs is the end of the limit's window, as
+// envoyproxy/ratelimit says (decide sets it).
 func (c *check) reset() time.Duration {
 	if c.over && c.d.RetryAfter > 0 {
 		return c.d.RetryAfter

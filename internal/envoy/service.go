@@ -49,7 +49,9 @@ type Config struct {
 	StoreMetrics StoreObserver
 	// Logger. default: slog.Default()
 	Logger *slog.Logger
-	// Clock paces the rate limit of repeated log lines. default: the real clock
+	// Clock paces the rate limit of repeated log lines, and places the
+	// windows of the limits that refuse without a store call (a limit of
+	// 0, hits above a limit) for their reset. default: the real clock
 	Clock clock.Clock
 }
 
@@ -62,6 +64,7 @@ type Service struct {
 	metrics  *metrics
 	observe  StoreObserver
 	failures *lograte.Logger
+	clock    clock.Clock
 }
 
 // New checks cfg and returns a Service.
@@ -80,7 +83,11 @@ func New(cfg Config) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s.failures = lograte.New(log, cfg.Clock, 0, 0)
+	s.clock = cfg.Clock
+	if s.clock == nil {
+		s.clock = clock.Real()
+	}
+	s.failures = lograte.New(log, s.clock, 0, 0)
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
