@@ -20,8 +20,8 @@ const (
 	legacyReset    = "X-RateLimit-Reset"
 )
 
-// setFields writes RateLimit-Policy for every policy whose rule the node
-// knows, and RateLimit for the rule the decision is about.
+// setFields writes RateLimit-Policy (setPolicy), and RateLimit for the
+// rule the decision is about.
 //
 //	RateLimit-Policy: "burst";q=10;w=1, "hourly";q=1000;w=3600
 //	RateLimit: "hourly";r=0;t=1800
@@ -34,20 +34,7 @@ const (
 // otherwise the time until the quota is whole again, left out when the SDK
 // does not know it.
 func (m *Middleware) setFields(h http.Header, d client.Decision) {
-	var b strings.Builder
-	for _, p := range m.policies {
-		r, ok := m.c.Rule(p.Rule)
-		if !ok || r.Limit <= 0 {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteString(", ")
-		}
-		writePolicy(&b, p.Rule, r.Limit, r.Period)
-	}
-	if b.Len() > 0 {
-		h.Set(fieldPolicy, b.String())
-	}
+	m.setPolicy(h)
 	if d.Rule == "" {
 		return
 	}
@@ -62,7 +49,7 @@ func (m *Middleware) setFields(h http.Header, d client.Decision) {
 	case d.ResetAfter > 0:
 		t = ceilSeconds(d.ResetAfter)
 	}
-	b.Reset()
+	var b strings.Builder
 	writeString(&b, d.Rule)
 	b.WriteString(";r=")
 	writeInteger(&b, left)
@@ -77,6 +64,27 @@ func (m *Middleware) setFields(h http.Header, d client.Decision) {
 		if t >= 0 {
 			h.Set(legacyReset, fmtInt(t))
 		}
+	}
+}
+
+// setPolicy writes RateLimit-Policy for every policy whose rule the node
+// knows. It is on every answer, a refusal that no decision was made for
+// included (a cost above a rule's capacity): there it is how the client
+// learns the limits it asked more of than they hold.
+func (m *Middleware) setPolicy(h http.Header) {
+	var b strings.Builder
+	for _, p := range m.policies {
+		r, ok := m.c.Rule(p.Rule)
+		if !ok || r.Limit <= 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		writePolicy(&b, p.Rule, r.Limit, r.Period)
+	}
+	if b.Len() > 0 {
+		h.Set(fieldPolicy, b.String())
 	}
 }
 

@@ -8,6 +8,10 @@
 // and RateLimit-Policy fields (draft-ietf-httpapi-ratelimit-headers-10) and
 // an application/problem+json body (RFC 9457); a served one gets the two
 // RateLimit fields too, so that well-behaved clients can pace themselves.
+// A request that costs more than a rule holds at once can never pass: its
+// 429 has RateLimit-Policy and a problem saying it cannot pass, and no
+// Retry-After or RateLimit, since no retry would help and nothing was
+// decided.
 //
 //	mw, err := httplimit.New(c, httplimit.Options{
 //		Policies:  []httplimit.Policy{{Rule: "api-per-key"}},
@@ -187,6 +191,9 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 	case errors.Is(err, client.ErrCostAboveCapacity):
 		// Not a fault of the limiter: this request can never pass, and
 		// serving it would let anyone skip the limit by asking for more.
+		// RateLimit-Policy shows the limits; no Retry-After, since no
+		// retry can pass, and no RateLimit, since nothing was decided.
+		m.setPolicy(w.Header())
 		writeProblem(w, tooCostly(n))
 		return false
 	case errors.Is(err, client.ErrUnknownRule):

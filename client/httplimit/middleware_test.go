@@ -440,10 +440,14 @@ func TestSDKErrors(t *testing.T) {
 		}
 	})
 	t.Run("a cost above the capacity is refused, not served", func(t *testing.T) {
-		srv := limited(t, c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "hourly"}},
+		// No Retry-After (no retry can pass) and no RateLimit (nothing was
+		// decided), but RateLimit-Policy, so the client sees the limits it
+		// asked more of than they hold; it once had no policy field at all.
+		srv := limited(t, c, httplimit.Options{Policies: []httplimit.Policy{{Rule: "hourly"}, {Rule: "plenty"}},
 			Cost: func(*http.Request) int64 { return 4 }})
 		r := get(t, srv)
-		expect(t, "cost 4 of 3", r, 429, map[string]string{"Retry-After": ""})
+		expect(t, "cost 4 of 3", r, 429, map[string]string{"Retry-After": "", "RateLimit": "",
+			"RateLimit-Policy": `"hourly";q=3;w=3600, "plenty";q=1000000;w=86400`})
 		if b := decode(t, r); b.Type != httplimit.ProblemQuotaExceeded || !strings.Contains(b.Detail, "cannot pass") {
 			t.Fatalf("body %+v", b)
 		}

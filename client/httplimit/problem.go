@@ -37,7 +37,8 @@ func quotaExceeded(policy string, retry time.Duration) problem {
 }
 
 // tooCostly answers a request that costs more than a rule can ever hold.
-// It has no Retry-After: waiting would not help.
+// It has no Retry-After: waiting would not help. RateLimit-Policy, set
+// beside it, shows the limits.
 func tooCostly(cost int64) problem {
 	return problem{Type: ProblemQuotaExceeded, Title: "Quota exceeded", Status: http.StatusTooManyRequests,
 		Detail: fmt.Sprintf("The request costs %d, more than the rate limit allows at once; it cannot pass.", cost)}
