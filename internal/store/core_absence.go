@@ -134,15 +134,24 @@ func (st *state) cover(r *rules.Rule, node string, now int64) float64 {
 // start, or it came back in this window before and its lease ended again
 // (its answer may have been lost).
 func (st *state) markBack(r *rules.Rule, node string, prev holder, had bool, now, consumed, epoch int64, counted float64) {
-	if !had || consumed <= 0 || !prev.absentAt(now, absenceUS(r)) || mutate.On(mutate.ForgiveLate) {
+	if !had || !prev.known(now, absenceUS(r)) || mutate.On(mutate.ForgiveLate) {
+		return
+	}
+	p := periodUS(r)
+	end := prev.until
+	if r.Algorithm != rules.TokenBucket {
+		end = min(end, (prev.epoch+1)*p) // a window's lease ends with its window
+	}
+	// (A window's return may report nothing yet: its fallback admitted in
+	// the window while the request was on its way.)
+	if end > now || consumed <= 0 && r.Algorithm == rules.TokenBucket {
 		return
 	}
 	h := st.holders[node]
 	h.back, h.backN = now, prev.shareN()
 	if r.Algorithm != rules.TokenBucket {
-		p := periodUS(r)
 		switch {
-		case min(prev.until, (prev.epoch+1)*p) <= epoch*p:
+		case end <= epoch*p:
 			h.backUsed = counted
 		case prev.back > 0 && prev.epoch == epoch:
 			h.backUsed = prev.backUsed + counted

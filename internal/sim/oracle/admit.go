@@ -61,11 +61,13 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 		}
 	}
 	vlo := ks.rs.lookback(at)
-	if v.Algorithm == FixedWindow || v.Algorithm == SlidingWindow {
+	if v.Algorithm != TokenBucket {
 		// The store never goes back in its windows: a clock stepped back
-		// keeps its later window and decides at its start. (A log is
-		// judged on the raw clock: stepped back, it keeps its entries
-		// longer, and is the stricter for it.)
+		// keeps its later window and decides at its start; a log stamps
+		// its entries no earlier than its newest, and drops none before
+		// the raw clock is a period past them (store.appendLog). On the
+		// raw clock a log stepped back would be held to the entries it
+		// dropped before the step, which no log keeps.
 		storeAt = max(storeAt, ks.storeMax)
 		ks.storeMax = storeAt
 	}
@@ -73,7 +75,7 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 	case TokenBucket:
 		o.admitBucket(ks, ns, node, at, cost, vlo, unreserved)
 	case FixedWindow, SlidingWindow:
-		o.admitWindow(ks, ns, node, at, storeAt, cost, vlo, unreserved)
+		o.admitWindow(ks, ns, node, at, storeAt, cost, vlo, unreserved, mode == Fallback && o.misplaced(node, at))
 	case SlidingLog:
 		o.admitLog(ks, ns, node, at, storeAt, cost, vlo, unreserved)
 	}
@@ -116,13 +118,13 @@ func (o *Oracle) judgeRate(ks *keyState, inv Invariant, node int, at time.Durati
 		Measured: vd.measured, Bound: vd.boundVal}, record{})
 }
 
-func (o *Oracle) admitWindow(ks *keyState, ns *nodeState, node int, at, storeAt time.Duration, cost int64, vlo int, unreserved bool) {
+func (o *Oracle) admitWindow(ks *keyState, ns *nodeState, node int, at, storeAt time.Duration, cost int64, vlo int, unreserved, misplaced bool) {
 	p := ks.rs.cur().Period
 	if unreserved {
 		if ns.fbCounts == nil {
 			ns.fbCounts = newWindowCounts(ks.rs, boundNodeLimit, o.n, p)
 		}
-		o.judgeCount(ks, InvFallbackWindow, node, at, p, ns.fbCounts.add(storeAt, cost, vlo))
+		o.judgeCount(ks, InvFallbackWindow, node, at, p, ns.fbCounts.add(storeAt, cost, vlo, misplaced))
 		return
 	}
 	c := &ks.checks
@@ -130,7 +132,7 @@ func (o *Oracle) admitWindow(ks *keyState, ns *nodeState, node int, at, storeAt 
 		c.counts = newWindowCounts(ks.rs, boundLimit, o.n, p)
 		c.counts.forward = &o.forward
 	}
-	o.judgeCount(ks, InvWindow, -1, at, p, c.counts.add(storeAt, cost, vlo))
+	o.judgeCount(ks, InvWindow, -1, at, p, c.counts.add(storeAt, cost, vlo, misplaced))
 	if ks.rs.cur().Algorithm != SlidingWindow {
 		return
 	}

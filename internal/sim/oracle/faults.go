@@ -110,11 +110,27 @@ type storeStep struct {
 // from the allocator. A window the span [min(before, after), max(before,
 // after) + L] touches is held to twice its limit whichever way the clock
 // went.
+//
+// Further: a node that has not heard from the allocator since the step
+// (misplaced) counts its windows off by the step for as long, so every
+// window that such a node's fallback admits in is held to twice its limit,
+// the node's own fallback count to twice its part.
 func (o *Oracle) StoreClockStep(at, before, after time.Duration) {
 	lo, hi := min(before, after), max(before, after)
 	if after > before || lo < hi {
 		o.forward = append(o.forward, storeStep{at: at, before: lo, after: hi, ahead: after > before})
 	}
+}
+
+// misplaced reports whether node, admitting on its fallback at at, has not
+// heard from the allocator since a step of the store's clock before at.
+func (o *Oracle) misplaced(node int, at time.Duration) bool {
+	for _, s := range o.forward {
+		if s.at <= at && o.heard[node] < s.at {
+			return true
+		}
+	}
+	return false
 }
 
 // stepped is the instant a token bucket's bounds judge an admission at:

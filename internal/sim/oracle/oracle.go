@@ -26,7 +26,10 @@ type Config struct {
 // usage violation and is not judged.
 type Oracle struct {
 	forward []storeStep // the store clock's steps forward
-	fleet   int         // the world's fleet: the calm second's rounding term
+	// heard is when each node last received a grant: a node cut off since
+	// before a store clock step counts its fallback in misplaced windows.
+	heard   map[int]time.Duration
+	fleet   int // the world's fleet: the calm second's rounding term
 	cfg     Config
 	n       int
 	now     time.Duration
@@ -189,6 +192,10 @@ func (o *Oracle) Granted(at, sentAt time.Duration, node int, rule, key string, t
 		return
 	}
 	o.checked.Granted++
+	if o.heard == nil {
+		o.heard = make(map[int]time.Duration)
+	}
+	o.heard[node] = at
 	ks.node(node).grant(at, sentAt, tokens, rate, ttl)
 	ks.trace.push(traceEv{kind: evGranted, node: node, n: tokens, at: at, store: sentAt, ttl: ttl, rate: rate})
 }

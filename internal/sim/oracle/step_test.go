@@ -54,3 +54,25 @@ func TestStoreClockSteppedForward(t *testing.T) {
 			want: []want{{inv: InvBucket, node: -1, from: 0, to: t0, measured: 26, bound: 25}}},
 	})
 }
+
+// A node that has not heard from the allocator since the store's clock
+// stepped counts its fallback in windows off by the step, for as long as it
+// stays cut off, not only in the windows the step spans: a window its
+// fallback admits in, however long after the step, may take a limit more;
+// once it has heard (a grant), its windows are the store's again.
+func TestStoreClockStepMisplacesCutOffNodes(t *testing.T) {
+	w := window(FixedWindow, 5, time.Second)
+	const far = 9500 * ms // long after the step's span
+	runCases(t, []tcase{
+		{name: "a cut-off node's fallback, long after the step", evs: []ev{faulty(0, 20*time.Second), setRule(0, w),
+			grant(0, 0, 1, 1, 0, time.Second), grant(0, 0, 2, 1, 0, time.Second), step(500*ms, 500*ms, 1200*ms),
+			manyS(far, far, 1, 5, Lease), manyS(far, far, 2, 3, Fallback)}},
+		{name: "without the step, it may not", evs: []ev{faulty(0, 20*time.Second), setRule(0, w),
+			grant(0, 0, 1, 1, 0, time.Second), grant(0, 0, 2, 1, 0, time.Second), manyS(far, far, 1, 5, Lease), manyS(far, far, 2, 3, Fallback)},
+			want: []want{{inv: InvWindow, node: -1, from: 9 * time.Second, to: 10 * time.Second, store: true, measured: 6, bound: 5}}},
+		{name: "nor once the node has heard since", evs: []ev{faulty(0, 20*time.Second), setRule(0, w),
+			grant(0, 0, 1, 1, 0, time.Second), grant(0, 0, 2, 1, 0, time.Second), step(500*ms, 500*ms, 1200*ms), grant(2*time.Second, 2*time.Second, 2, 1, 0, time.Second),
+			manyS(far, far, 1, 5, Lease), manyS(far, far, 2, 3, Fallback)},
+			want: []want{{inv: InvWindow, node: -1, from: 9 * time.Second, to: 10 * time.Second, store: true, measured: 6, bound: 5}}},
+	})
+}

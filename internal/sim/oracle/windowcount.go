@@ -28,6 +28,9 @@ type windowCounts struct {
 type wcount struct {
 	k, sum int64
 	v      int // the oldest lookback among the window's admissions
+	// misplaced: a node that counted its windows off by a store clock
+	// step admitted in it (Oracle.StoreClockStep): one limit more.
+	misplaced bool
 }
 
 // countVerdict is a window count's answer: ok, or the window's count and
@@ -42,8 +45,9 @@ func newWindowCounts(rs *ruleState, kind boundKind, n int, p time.Duration) *win
 	return &windowCounts{p: p, rs: rs, kind: kind, n: n}
 }
 
-// add counts c in the window of storeAt, with lookback v.
-func (wc *windowCounts) add(storeAt time.Duration, c int64, v int) countVerdict {
+// add counts c in the window of storeAt, with lookback v; misplaced says it
+// came from a node counting its windows off by a store clock step.
+func (wc *windowCounts) add(storeAt time.Duration, c int64, v int, misplaced bool) countVerdict {
 	k := floorDiv(storeAt, wc.p)
 	i, found := slices.BinarySearchFunc(wc.ws, k, func(w wcount, k int64) int {
 		switch {
@@ -67,8 +71,11 @@ func (wc *windowCounts) add(storeAt time.Duration, c int64, v int) countVerdict 
 	w := &wc.ws[i]
 	w.sum += c
 	w.v = min(w.v, v)
+	w.misplaced = w.misplaced || misplaced
 	bd := wc.rs.bound(wc.kind, w.v, wc.n)
-	if wc.forward != nil {
+	if w.misplaced {
+		bd += wc.rs.bound(wc.kind, w.v, wc.n)
+	} else if wc.forward != nil {
 		lo, hi := time.Duration(k)*wc.p, time.Duration(k+1)*wc.p
 		for _, s := range *wc.forward {
 			if s.before < hi && lo < s.after+wc.rs.maxTTL {

@@ -212,12 +212,19 @@ end
 -- window rule, epoch then the current window and counted what the request
 -- counted in it.
 local function mark_back(st, req, prev, now, epoch, counted, window)
-  if prev == nil or req.consumed <= 0 or prev[1] > now or prev[1] + absence <= now then
+  if prev == nil or prev[1] + absence <= now then
+    return
+  end
+  local stop = prev[1]
+  if window then
+    stop = min(stop, (prev[8] + 1) * period)
+  end
+  if stop > now or (req.consumed <= 0 and not window) then
     return
   end
   local used = 0
   if window then
-    if min(prev[1], (prev[8] + 1) * period) <= epoch * period then
+    if stop <= epoch * period then
       used = counted
     elseif prev[13] and prev[8] == epoch then
       used = prev[15] + counted

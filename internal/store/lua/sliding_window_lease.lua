@@ -47,7 +47,7 @@ local function acquire(now, req)
   local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
   st.t = st.t + g
   lent(st, req.node, g)
-  mark_back(st, req, prev, now, epoch, added + g, true)
+  mark_back(st, req, prev, now, epoch, added, true)
   remember(st, req, g)
   local remaining = floor(max(limit - used - g, 0))
   local retry = 0
