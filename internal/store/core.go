@@ -50,9 +50,8 @@ type holder struct {
 	// return: its reservation lasts until its next request, as its fallback
 	// admits until the return's answer arrives. backN is the count that
 	// fallback divides by (what the holder was told before it came back),
-	// and backUsed, for a window, what it has counted in the window it came
-	// back in since it came back there: its reports and its grants
-	// (core_absence.go).
+	// and backUsed, for a window, what it has reported in the window it
+	// came back in since it came back there (core_absence.go).
 	back     int64
 	backN    int64
 	backUsed float64

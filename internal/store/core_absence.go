@@ -33,12 +33,14 @@ import (
 // is granted and lent a share as before: the node pays for what its
 // fallback admitted in flight from that grant first (lease.Core.grant),
 // and a bucket withholds both over the round trip, the price of not
-// knowing when the answer arrived. A return that reports nothing is not
-// taken for one from a fallback (a node that renews late, not cut off,
-// would have its reservation kept for nothing, and a window's would hold
-// back from the others what it did not ask for until its next window), nor
-// is, for a window, one whose lease ended in the window it is back in (it
-// does not fall back there, rule 5).
+// knowing when the answer arrived. A token bucket's return that reports
+// nothing is not taken for one from a fallback (a node that renews late,
+// not cut off, would have its r/n withheld for nothing); a window's is (its
+// fallback may have admitted in the window while the request was on its
+// way, and what it keeps back lasts only until its next request), but not
+// one whose lease ended in the window it is back in (it does not fall back
+// there, rule 5). What the return is granted does not use up what is kept
+// back: the fallback admits until the answer arrives whatever it brings.
 
 // present reports whether h holds a lease at now.
 func (h holder) present(now int64) bool { return h.until > now }
@@ -128,8 +130,8 @@ func (st *state) cover(r *rules.Rule, node string, now int64) float64 {
 // it came back from a reserved absence (prev, if had, is its record before
 // the request, consumed what the request reported): when it came back and
 // what its fallback divides by, and for a window (epoch the current one)
-// what the node has counted in it since it came back: its reports and its
-// grants (counted, this request's). A window holder comes back so when the
+// what the node has reported in it since it came back (counted, this
+// request's). A window holder comes back so when the
 // store reserved for it in this window: its lease ended by the window's
 // start, or it came back in this window before and its lease ended again
 // (its answer may have been lost).

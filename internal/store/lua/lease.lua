@@ -210,7 +210,7 @@ end
 -- from a reserved absence (prev: its holder before the request), and so
 -- keeps its reservation until its next request. window is true for a
 -- window rule, epoch then the current window and counted what the request
--- counted in it.
+-- reported in it.
 local function mark_back(st, req, prev, now, epoch, counted, window)
   if prev == nil or prev[1] + absence <= now then
     return
