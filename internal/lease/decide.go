@@ -36,7 +36,6 @@ type Verdict struct {
 // more (FallbackNodes). again says the caller decides again after a Wait,
 // whose demand was counted. It never blocks.
 func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int, again bool) Verdict {
-	nodes = max(nodes, k.FallbackNodes())
 	for {
 		gen := k.gen.Load()
 		left, ok := k.Take(n)
@@ -84,7 +83,7 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 			k.Refused(n)
 			return k.refusedOnLease(r, n, monoAt(now))
 		}
-		res, ok := a.Decide(r, nodes, c.Windows(time.Duration(wall.UnixNano())-now), now, n)
+		res, ok := a.Decide(r, max(nodes, k.FallbackNodes()), c.Windows(time.Duration(wall.UnixNano())-now), now, n)
 		if !ok {
 			continue // a grant closed it: the lease decides again
 		}
