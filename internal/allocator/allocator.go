@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/internal/certs"
 	"github.com/allot-dev/allot/internal/clock"
 	"github.com/allot-dev/allot/internal/envoy"
@@ -181,7 +183,7 @@ func New(cfg Config) (*Allocator, error) {
 		a.closeStore()
 		return nil, err
 	}
-	a.storeOK = newStoreHealth(a.store, a.storeTimeout(), a.clock, a.log)
+	a.storeOK = newStoreHealth(a.store, a.storeTimeout(), a.clock, a.log, a.registry)
 	a.storeOK.check() // the first state, logged if the store is down
 	if err := a.listen(); err != nil {
 		a.closeStore()
@@ -348,6 +350,7 @@ func (a *Allocator) listen() error {
 	a.grpc = grpc.NewServer(opts...)
 	a.server.Register(a.grpc)
 	a.envoy.Register(a.grpc)
+	a.metrics.InitServices(&allotv1.Allocator_ServiceDesc, &rlspb.RateLimitService_ServiceDesc)
 	a.health = a.storeOK.grpc
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 	if a.guard.reflection != AccessOff {
@@ -430,6 +433,7 @@ func (a *Allocator) Reload() error {
 	}
 	old := a.server.Rules().Version()
 	a.server.SetRules(set)
+	a.envoy.RulesLoaded(set)
 	a.log.Info("rules reloaded", "rules", set.Len(), "rules_version", set.Version(), "previous_version", old)
 	return nil
 }

@@ -26,6 +26,7 @@ func (a *Allocator) setupEnvoy() error {
 		return fmt.Errorf("allocator: %w", err)
 	}
 	a.envoy = svc
+	svc.RulesLoaded(a.server.Rules())
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -21,14 +22,19 @@ const probeEvery = time.Second
 
 // storeHealth probes the store and reports the result through gRPC health
 // (SERVING / NOT_SERVING, for the whole server and allot.v1.Allocator) and
-// /healthz (200 / 503). A store that cannot probe (the embedded one) is
-// always healthy.
+// /healthz (200 / 503), and as allot_allocator_store_up (1 / 0). A store
+// that cannot probe (the embedded one) is always healthy.
+//
+// The gauge follows the probe rather than the calls' outcomes: the probe
+// costs nothing more, says the same as health, and a failed call may be
+// the caller's (a deadline, a key at the cap) rather than the store's.
 type storeHealth struct {
 	probe   store.Prober // nil: always healthy
 	timeout time.Duration
 	clk     clock.Clock
 	log     *slog.Logger
 	grpc    *health.Server
+	up      prometheus.Gauge
 
 	mu       sync.Mutex
 	err      error // the last probe's failure, nil when healthy
@@ -41,9 +47,13 @@ type storeHealth struct {
 	stopOnce sync.Once
 }
 
-func newStoreHealth(s store.Store, timeout time.Duration, clk clock.Clock, log *slog.Logger) *storeHealth {
+func newStoreHealth(s store.Store, timeout time.Duration, clk clock.Clock, log *slog.Logger, reg prometheus.Registerer) *storeHealth {
 	h := &storeHealth{timeout: timeout, clk: clk, log: log, grpc: health.NewServer(),
+		up: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_allocator_store_up", Help: "1 while the store answers its probe (once a second, as health does), 0 while it does not.",
+		}),
 		stop: make(chan struct{}), done: make(chan struct{})}
+	reg.MustRegister(h.up)
 	h.probe, _ = s.(store.Prober)
 	// Until Serve, nothing is served.
 	h.grpc.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -66,6 +76,11 @@ func (h *storeHealth) check() {
 	was := h.err
 	h.err = err
 	h.publishLocked()
+	up := 1.0
+	if err != nil {
+		up = 0
+	}
+	h.up.Set(up)
 	h.mu.Unlock()
 	switch {
 	case err != nil && was == nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,7 +44,7 @@ type shedder struct {
 func newShedder(max, perNode int, reg prometheus.Registerer) *shedder {
 	s := &shedder{max: max, perNode: perNode, nodes: make(map[string]int),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "allot_allocator_inflight_calls", Help: "Acquire, Release and Check calls being served.",
+			Name: "allot_allocator_inflight_calls", Help: boundedNames() + " calls being served (what --max-inflight bounds).",
 		}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_allocator_shed_total", Help: "Calls refused with ResourceExhausted because too many were in flight, by method and bound (fleet or node).",
@@ -63,6 +64,16 @@ var boundedMethods = []string{allotv1.Allocator_Acquire_FullMethodName, allotv1.
 	allotv1.Allocator_Check_FullMethodName, rlspb.RateLimitService_ShouldRateLimit_FullMethodName}
 
 func bounded(method string) bool { return slices.Contains(boundedMethods, method) }
+
+// boundedNames lists the bounded methods for a help text: "A, B and C",
+// from the list itself, so that the text names every method counted.
+func boundedNames() string {
+	names := make([]string, len(boundedMethods))
+	for i, m := range boundedMethods {
+		names[i] = path.Base(m)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
 
 // enter takes a slot for node ("" for calls without one) or says which
 // bound is full.

@@ -49,6 +49,52 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// RulesLoaded puts at zero every series that set's envoy section can make:
+// a counter born at its first event hides that event from rate() and
+// increase(), so an alert on it would miss the first refusal. The
+// allocator calls it at start and after each reload; the series of
+// domains and limits a reload removed stay, at their last value.
+func (s *Service) RulesLoaded(set *rules.Set) { s.metrics.known(set.Envoy()) }
+
+// known makes the series of env's domains and limits, and those of a
+// domain the section lacks ("unknown"), as observe labels them.
+func (m *metrics) known(env *rules.Envoy) {
+	m.knownDomain("unknown", nil)
+	if env == nil {
+		return
+	}
+	for _, name := range env.Domains() {
+		dom, _ := env.Domain(name)
+		m.knownDomain(name, dom)
+	}
+}
+
+func (m *metrics) knownDomain(name string, dom *rules.EnvoyDomain) {
+	m.requests.WithLabelValues(name, rlspb.RateLimitResponse_OK.String())
+	m.requests.WithLabelValues(name, rlspb.RateLimitResponse_OVER_LIMIT.String())
+	m.descriptors.WithLabelValues(name, "", "no_limit")
+	if dom == nil {
+		return
+	}
+	m.descriptors.WithLabelValues(name, "override", "ok")
+	m.descriptors.WithLabelValues(name, "override", "over_limit")
+	for _, l := range dom.Limits() {
+		switch {
+		case l.Unlimited:
+			m.descriptors.WithLabelValues(name, l.ID, "unlimited")
+		case l.Shadow: // its would-be refusals are counted apart, answered ok
+			m.descriptors.WithLabelValues(name, l.ID, "ok")
+			m.shadow.WithLabelValues(name, l.ID)
+		default:
+			m.descriptors.WithLabelValues(name, l.ID, "ok")
+			m.descriptors.WithLabelValues(name, l.ID, "over_limit")
+		}
+		if len(l.Replaces) > 0 {
+			m.descriptors.WithLabelValues(name, "", "replaced")
+		}
+	}
+}
+
 // observe counts one answered request.
 func (m *metrics) observe(dom *rules.EnvoyDomain, checks []check, code rlspb.RateLimitResponse_Code) {
 	domain := "unknown"

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -196,6 +197,33 @@ func (l *envoyNode) match(key, value string) *envoyDescriptor {
 		}
 	}
 	return l.anyValue[key]
+}
+
+// Limits returns the domain's limits (its descriptors with a rate_limit),
+// sorted by ID: what start-up logs count and metrics start at zero.
+func (d *EnvoyDomain) Limits() []*EnvoyLimit {
+	var out []*EnvoyLimit
+	d.root.limits(&out)
+	slices.SortFunc(out, func(a, b *EnvoyLimit) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+func (l *envoyNode) limits(out *[]*EnvoyLimit) {
+	add := func(d *envoyDescriptor) {
+		if d.limit != nil {
+			*out = append(*out, d.limit)
+		}
+		d.children.limits(out)
+	}
+	for _, d := range l.exact {
+		add(d)
+	}
+	for _, d := range l.patterns {
+		add(d)
+	}
+	for _, d := range l.anyValue {
+		add(d)
+	}
 }
 
 // EnvoyEntry is one step of a descriptor's path, for naming its rule.

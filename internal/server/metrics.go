@@ -3,15 +3,24 @@ package server
 import (
 	"context"
 	"path"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/allot-dev/allot/internal/rules"
 )
 
 // Metrics are the allocator's Prometheus collectors. A nil *Metrics records
 // nothing. Labels are rule names, methods and results, never keys.
+//
+// Every series whose labels are known before its first event exists from
+// start at zero (per method and code, store operation and result, rule and
+// result): a counter born at its first event hides that event from rate()
+// and increase(), and an alert on it never fires for the first failure.
 type Metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -23,7 +32,12 @@ type Metrics struct {
 	reloads  *prometheus.CounterVec
 	newKeys  prometheus.Counter
 	live     prometheus.Gauge
+	rules    *rulesInfo
 }
+
+// storeOps are the operations timed in allot_allocator_store_seconds: the
+// Allocator service's, then the Envoy service's (internal/envoy).
+var storeOps = []string{"acquire", "release", "check", "envoy_check", "envoy_peek"}
 
 // NewMetrics registers the allocator's collectors on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -61,9 +75,70 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		live: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "allot_allocator_live_nodes", Help: "Distinct node ids that called Acquire or Release in the last 30 s (the count answers carry as nodes).",
 		}),
+		rules: &rulesInfo{desc: prometheus.NewDesc("allot_allocator_rules_info",
+			"Always 1; version is the rules' version being served (rules_version in answers and logs), replaced on reload.",
+			[]string{"version"}, nil)},
 	}
-	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.holders, m.checks, m.reloads, m.newKeys, m.live)
+	reg.MustRegister(m.requests, m.latency, m.store, m.wanted, m.granted, m.holders, m.checks, m.reloads, m.newKeys, m.live, m.rules)
+	for _, op := range storeOps {
+		m.store.WithLabelValues(op, "ok")
+		m.store.WithLabelValues(op, "error")
+	}
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
 	return m
+}
+
+// InitServices puts the calls of every unary method of services at zero,
+// for every status code: UnaryInterceptor labels a call with its method's
+// name alone.
+func (m *Metrics) InitServices(services ...*grpc.ServiceDesc) {
+	if m == nil {
+		return
+	}
+	for _, svc := range services {
+		for _, md := range svc.Methods {
+			m.latency.WithLabelValues(md.MethodName)
+			for c := codes.OK; c <= codes.Unauthenticated; c++ {
+				m.requests.WithLabelValues(md.MethodName, c.String())
+			}
+		}
+	}
+}
+
+// rulesLoaded exports set's version and puts its rules' series at zero. A
+// reload adds the series of new rules; those of rules it removed stay, at
+// their last value, as counters of a past rule do.
+func (m *Metrics) rulesLoaded(set *rules.Set) {
+	if m == nil {
+		return
+	}
+	v := set.Version()
+	m.rules.version.Store(&v)
+	for _, r := range set.Rules() {
+		m.wanted.WithLabelValues(r.Name)
+		m.granted.WithLabelValues(r.Name)
+		m.holders.WithLabelValues(r.Name)
+		m.checks.WithLabelValues(r.Name, "allowed")
+		m.checks.WithLabelValues(r.Name, "denied")
+	}
+}
+
+// rulesInfo is allot_allocator_rules_info: the version as a label of a
+// constant 1, so that a dashboard shows and an alert compares what each
+// allocator serves. It is read at each scrape, so a reload replaces the
+// series at once, with no scrape seeing both versions or neither.
+type rulesInfo struct {
+	desc    *prometheus.Desc
+	version atomic.Pointer[string]
+}
+
+func (r *rulesInfo) Describe(ch chan<- *prometheus.Desc) { ch <- r.desc }
+
+func (r *rulesInfo) Collect(ch chan<- prometheus.Metric) {
+	if v := r.version.Load(); v != nil {
+		ch <- prometheus.MustNewConstMetric(r.desc, prometheus.GaugeValue, 1, *v)
+	}
 }
 
 func (m *Metrics) refusedNewKeys() {

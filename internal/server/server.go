@@ -95,6 +95,7 @@ func New(cfg Config) (*Server, error) {
 		s.newKeys = newNewKeys(0)
 	}
 	s.rules.Store(cfg.Rules)
+	s.metrics.rulesLoaded(cfg.Rules)
 	return s, nil
 }
 
@@ -102,7 +103,10 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Register(g *grpc.Server) { allotv1.RegisterAllocatorServer(g, s) }
 
 // SetRules replaces the rule set; calls in flight finish with the old one.
-func (s *Server) SetRules(set *rules.Set) { s.rules.Store(set) }
+func (s *Server) SetRules(set *rules.Set) {
+	s.rules.Store(set)
+	s.metrics.rulesLoaded(set)
+}
 
 // Rules returns the current rule set.
 func (s *Server) Rules() *rules.Set { return s.rules.Load() }
