@@ -408,8 +408,10 @@ func (a *Allocator) Serve() error {
 	}
 	a.serveEnvoy()
 	a.storeOK.serving()
-	a.log.Info("allocator serving", "tls", a.certs != nil, "mtls", a.cfg.TLS.ClientCAFile != "", "grpc", a.Addr(), "metrics", a.MetricsAddr(), "rules", a.server.Rules().Len(),
-		"rules_version", a.server.Rules().Version(), "envoy", a.EnvoyAddr())
+	set := a.server.Rules()
+	domains, limits := envoySize(set)
+	a.log.Info("allocator serving", "tls", a.certs != nil, "mtls", a.cfg.TLS.ClientCAFile != "", "grpc", a.Addr(), "metrics", a.MetricsAddr(),
+		"rules", set.Len(), "envoy_domains", domains, "envoy_limits", limits, "rules_version", set.Version(), "envoy", a.EnvoyAddr())
 	err := a.grpc.Serve(a.lis)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
@@ -434,8 +436,28 @@ func (a *Allocator) Reload() error {
 	old := a.server.Rules().Version()
 	a.server.SetRules(set)
 	a.envoy.RulesLoaded(set)
-	a.log.Info("rules reloaded", "rules", set.Len(), "rules_version", set.Version(), "previous_version", old)
+	domains, limits := envoySize(set)
+	a.log.Info("rules reloaded", "rules", set.Len(), "envoy_domains", domains, "envoy_limits", limits,
+		"rules_version", set.Version(), "previous_version", old)
 	return nil
+}
+
+// envoySize counts what the rules' envoy section holds, for the logs: its
+// domains and its limits (descriptors with a rate_limit). rules= counts the
+// rules section alone, so a file with only an envoy section says rules=0;
+// the counts are logged as envoy_domains and envoy_limits, apart from
+// envoy=, the Envoy listener's address.
+func envoySize(set *rules.Set) (domains, limits int) {
+	env := set.Envoy()
+	if env == nil {
+		return 0, 0
+	}
+	for _, name := range env.Domains() {
+		dom, _ := env.Domain(name)
+		domains++
+		limits += len(dom.Limits())
+	}
+	return domains, limits
 }
 
 // Shutdown stops taking calls, lets calls in flight finish until ctx ends,
