@@ -56,6 +56,13 @@ import (
 type Policy struct {
 	// Rule names the rule, as in the allocator's rules file.
 	Rule string
+	// Key returns the policy's own key for a call, used as it is (no
+	// prefix: the key c.Allow would be given for the same caller), so that
+	// policies can count different things, "per user AND per tenant". ok
+	// false or an empty key takes the interceptor's key (see
+	// Options.KeyMetadata). A key the SDK would refuse is hashed.
+	// default: the interceptor's key, shared by every policy without one
+	Key func(ctx context.Context, method string) (key string, ok bool)
 }
 
 // Options configures an Interceptor. Policies is required; every other
@@ -146,9 +153,20 @@ func checkPolicies(c *client.Client, ps []Policy) error {
 		}
 		seen[p.Rule] = true
 	}
+	strict := -1
 	for i, p := range ps {
-		if _, ok := c.Rule(p.Rule); !ok {
+		r, ok := c.Rule(p.Rule)
+		if !ok {
 			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q: %w: not in the client's rules", i, p.Rule, client.ErrUnknownRule)
+		}
+		if r.Strict && len(ps) > 1 {
+			// Checked together, a second strict rule is an error on every
+			// request, which the default OnError serves: never limited.
+			if strict >= 0 {
+				return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q is strict, as is Policies[%d]'s %q: %w",
+					i, p.Rule, strict, ps[strict].Rule, client.ErrTwoStrict)
+			}
+			strict = i
 		}
 	}
 	return nil
@@ -177,8 +195,15 @@ func (i *Interceptor) admit(ctx context.Context, method string) error {
 	if n <= 0 {
 		return nil
 	}
-	key := i.key(ctx)
-	d, err := i.decide(ctx, key, n)
+	var buf [4]string // (policies are few: no allocation for the keys)
+	keys := i.keys(ctx, method, buf[:0])
+	d, err := i.decide(ctx, keys, n)
+	key := keys[0]
+	for j, p := range i.policies {
+		if p.Rule == d.Rule {
+			key = keys[j] // the refusing policy's, for the answer
+		}
+	}
 	switch {
 	case errors.Is(err, client.ErrCostAboveCapacity):
 		// Not a fault of the limiter: this call can never pass, and letting
@@ -205,15 +230,34 @@ func (i *Interceptor) admit(ctx context.Context, method string) error {
 	return i.exhausted(d, redact(key))
 }
 
-func (i *Interceptor) decide(ctx context.Context, key string, n int64) (client.Decision, error) {
+func (i *Interceptor) decide(ctx context.Context, keys []string, n int64) (client.Decision, error) {
 	if len(i.policies) == 1 {
-		return i.c.AllowN(ctx, i.policies[0].Rule, key, n)
+		return i.c.AllowN(ctx, i.policies[0].Rule, keys[0], n)
 	}
 	limits := make([]client.RuleKey, len(i.policies))
 	for j, p := range i.policies {
-		limits[j] = client.RuleKey{Rule: p.Rule, Key: key}
+		limits[j] = client.RuleKey{Rule: p.Rule, Key: keys[j]}
 	}
 	return i.c.AllowAll(ctx, n, limits...)
+}
+
+// keys appends the policies' keys for a call to keys: each one's own, or
+// the interceptor's, worked out once.
+func (i *Interceptor) keys(ctx context.Context, method string, keys []string) []string {
+	shared := ""
+	for _, p := range i.policies {
+		if p.Key != nil {
+			if k, ok := p.Key(ctx, method); ok && k != "" {
+				keys = append(keys, bounded("", k))
+				continue
+			}
+		}
+		if shared == "" {
+			shared = i.key(ctx)
+		}
+		keys = append(keys, shared)
+	}
+	return keys
 }
 
 // unknownRules are the policies' rules the client does not know now,

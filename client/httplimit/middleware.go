@@ -32,7 +32,6 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,6 +55,14 @@ type Policy struct {
 	// Rule names the rule, as in the allocator's rules file. It is also the
 	// policy's name in the RateLimit fields.
 	Rule string
+	// Key returns the policy's own key for r, used as it is (no prefix:
+	// the key c.Allow would be given for the same caller), so that
+	// policies can count different things, "per user AND per tenant". ok
+	// false or an empty key takes the middleware's key (see
+	// Options.KeyHeader). A key the SDK would refuse (over 512 bytes, not
+	// UTF-8) is hashed, as the middleware's are.
+	// default: the middleware's key, shared by every policy without one
+	Key func(r *http.Request) (key string, ok bool)
 }
 
 // Options configures a Middleware. Policies is required; every other field
@@ -75,7 +82,11 @@ type Options struct {
 	Cost func(*http.Request) int64
 
 	// KeyHeader names a request header holding an API key, e.g.
-	// "X-API-Key". The middleware does not check the key: a caller can
+	// "X-API-Key". The middleware's key, for the policies without a Key of
+	// their own, is the API key, else the Identity, else the client's IP,
+	// each with a prefix naming its kind ("key:", "id:", "ip:"), so that an
+	// API key spelled like an address cannot spend that address's quota:
+	// c.Allow(ctx, rule, "key:"+apiKey) spends from the same bucket. The middleware does not check the key: a caller can
 	// invent new ones, so put it behind authentication, or prefer Identity.
 	// default: none; keys come from Identity or the client's IP
 	KeyHeader string
@@ -161,9 +172,20 @@ func checkPolicies(c *client.Client, ps []Policy) error {
 		}
 		seen[p.Rule] = true
 	}
+	strict := -1
 	for i, p := range ps {
-		if _, ok := c.Rule(p.Rule); !ok {
+		r, ok := c.Rule(p.Rule)
+		if !ok {
 			return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q: %w: not in the client's rules", i, p.Rule, client.ErrUnknownRule)
+		}
+		if r.Strict && len(ps) > 1 {
+			// Checked together, a second strict rule is an error on every
+			// request, which the default OnError serves: never limited.
+			if strict >= 0 {
+				return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q is strict, as is Policies[%d]'s %q: %w",
+					i, p.Rule, strict, ps[strict].Rule, client.ErrTwoStrict)
+			}
+			strict = i
 		}
 	}
 	return nil
@@ -186,7 +208,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 	if n <= 0 {
 		return true
 	}
-	d, err := m.decide(r.Context(), m.key(r), n)
+	d, err := m.decide(r, n)
 	switch {
 	case errors.Is(err, client.ErrCostAboveCapacity):
 		// Not a fault of the limiter: this request can never pass, and
@@ -222,15 +244,34 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-func (m *Middleware) decide(ctx context.Context, key string, n int64) (client.Decision, error) {
+func (m *Middleware) decide(r *http.Request, n int64) (client.Decision, error) {
+	ctx := r.Context()
 	if len(m.policies) == 1 {
-		return m.c.AllowN(ctx, m.policies[0].Rule, key, n)
+		return m.c.AllowN(ctx, m.policies[0].Rule, m.policyKey(r, m.policies[0], ""), n)
 	}
 	limits := make([]client.RuleKey, len(m.policies))
+	shared := ""
 	for i, p := range m.policies {
-		limits[i] = client.RuleKey{Rule: p.Rule, Key: key}
+		limits[i] = client.RuleKey{Rule: p.Rule, Key: m.policyKey(r, p, shared)}
+		if p.Key == nil {
+			shared = limits[i].Key // (one middleware key per request)
+		}
 	}
 	return m.c.AllowAll(ctx, n, limits...)
+}
+
+// policyKey is p's key for r: its own, or the middleware's (shared, when
+// already worked out for this request).
+func (m *Middleware) policyKey(r *http.Request, p Policy, shared string) string {
+	if p.Key != nil {
+		if k, ok := p.Key(r); ok && k != "" {
+			return bounded("", k)
+		}
+	}
+	if shared != "" {
+		return shared
+	}
+	return m.key(r)
 }
 
 // unknownRules are the policies' rules the client does not know now.
