@@ -12,6 +12,7 @@ import (
 var exampleFiles = []string{
 	"../../client/readme_example_test.go",
 	"../../client/grpclimit/readme_example_test.go",
+	"../../client/httplimit/readme_example_test.go",
 }
 
 var goBlock = regexp.MustCompile("(?ms)^([ \t]*)```go\n(.*?)^[ \t]*```")
