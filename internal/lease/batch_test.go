@@ -34,16 +34,6 @@ func runLow(g *rig, rule, key string) error {
 	return nil
 }
 
-// leased gives each key its first lease: one call, answered 1 ms later.
-func leased(g *rig, rule string, keys ...string) {
-	for _, k := range keys {
-		g.table(rule).Key(k)
-	}
-	g.turn()
-	g.to(g.now() - g.start + time.Millisecond)
-	g.answer()
-}
-
 // Requests of several keys due within the batch window share one call;
 // new keys made in one turn share their first.
 func TestRequestsWithinTheBatchWindowShareACall(t *testing.T) {

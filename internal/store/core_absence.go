@@ -48,10 +48,6 @@ func (h holder) present(now int64) bool { return h.until > now }
 // known reports whether the store still keeps h at now, present or absent.
 func (h holder) known(now, absence int64) bool { return h.until+absence > now }
 
-// absentAt reports whether h is absent at now: its lease ended, its
-// absence has not.
-func (h holder) absentAt(now, absence int64) bool { return !h.present(now) && h.known(now, absence) }
-
 // reserving reports whether the store reserves h's fallback at now: it is
 // absent, or back and its next request has not come. Either lasts until
 // its absence ends.
