@@ -61,13 +61,13 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 		}
 	}
 	vlo := ks.rs.lookback(at)
-	if v.Algorithm != TokenBucket {
+	if v.Algorithm == FixedWindow || v.Algorithm == SlidingWindow {
 		// The store never goes back in its windows: a clock stepped back
-		// keeps its later window and decides at its start; a log stamps
-		// its entries no earlier than its newest, and drops none before
-		// the raw clock is a period past them (store.appendLog). On the
-		// raw clock a log stepped back would be held to the entries it
-		// dropped before the step, which no log keeps.
+		// keeps its later window and decides at its start. (A log is
+		// judged on the raw clock: its decisions reach the oracle out of
+		// the store's order, a round trip late; stepped back, it keeps its
+		// entries, and a period the step spans is held to twice its limit:
+		// see admitLog.)
 		storeAt = max(storeAt, ks.storeMax)
 		ks.storeMax = storeAt
 	}
@@ -170,7 +170,15 @@ func (o *Oracle) admitLog(ks *keyState, ns *nodeState, node int, at, storeAt tim
 	// The store keeps its log in whole microseconds (Redis TIME): a
 	// period is judged on that clock, or a request a store dropped at
 	// exactly a period would count here a few hundred ns inside it.
-	o.judgeSum(ks, InvLog, -1, at, true, c.log.add(storeAt.Truncate(time.Microsecond), cost, vlo))
+	wv := c.log.add(storeAt.Truncate(time.Microsecond), cost, vlo)
+	if !wv.ok && float64(wv.sum) <= 2*wv.bound && o.stepSpans(wv.from, wv.to+p) {
+		// A log stepped back forgot, before the step, the entries a period
+		// older than its clock read then: a period of its clock the step
+		// spans may see its limit twice (docs/bounds.md, "A store clock
+		// stepped").
+		wv.ok = true
+	}
+	o.judgeSum(ks, InvLog, -1, at, true, wv)
 }
 
 func (o *Oracle) judgeSum(ks *keyState, inv Invariant, node int, at time.Duration, store bool, wv windowVerdict) {

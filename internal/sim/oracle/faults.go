@@ -122,6 +122,17 @@ func (o *Oracle) StoreClockStep(at, before, after time.Duration) {
 	}
 }
 
+// stepSpans reports whether a step of the store's clock spans store times
+// in [from, to].
+func (o *Oracle) stepSpans(from, to time.Duration) bool {
+	for _, s := range o.forward {
+		if s.before <= to && from <= s.after {
+			return true
+		}
+	}
+	return false
+}
+
 // misplaced reports whether node, admitting on its fallback at at, has not
 // heard from the allocator since a step of the store's clock before at.
 func (o *Oracle) misplaced(node int, at time.Duration) bool {
