@@ -95,20 +95,96 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (ALLOT_LOG_FORMAT)")
-	fs.Usage = func() {
+	// The flag package prints a bad flag's error and the whole usage, and
+	// returns the error for main to print again: here it prints nothing,
+	// main prints the error once, and --help alone prints the usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	restore, badValue := explainValues(fs)
+	err := envDefaults(fs)
+	if err == nil {
+		err = fs.Parse(args)
+	}
+	restore() // PrintDefaults names a flag's type from the flag package's own value
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stderr)
 		fmt.Fprintf(stderr, "Usage: allocator [flags]\n\nAllot's central allocator. Flags:\n")
 		fs.PrintDefaults()
-	}
-	if err := envDefaults(fs); err != nil {
 		return nil, err
-	}
-	if err := fs.Parse(args); err != nil {
+	case err != nil && !*badValue: // an unknown flag, a flag without its value
+		return nil, fmt.Errorf("%w (see --help)", err)
+	case err != nil:
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
 	return o, nil
+}
+
+// explainValues makes every number, duration and boolean flag's parse
+// error say what the flag wants ("want a duration such as 500ms"): the
+// flag package's own say "parse error". restore puts the flag package's
+// values back; badValue says whether one of them refused its value.
+func explainValues(fs *flag.FlagSet) (restore func(), badValue *bool) {
+	badValue = new(bool)
+	saved := map[*flag.Flag]flag.Value{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if want := wantOf(f.Value); want != "" {
+			saved[f] = f.Value
+			f.Value = wantValue{Value: f.Value, want: want, failed: badValue}
+		}
+	})
+	return func() {
+		for f, v := range saved {
+			f.Value = v
+		}
+	}, badValue
+}
+
+// wantOf says what a flag package value parses, for its error.
+func wantOf(v flag.Value) string {
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "want a duration such as 500ms"
+	case bool:
+		return "want true or false"
+	case int, int64:
+		return "want a whole number"
+	case float64:
+		return "want a number such as 2.5"
+	}
+	return ""
+}
+
+// wantValue is a flag value whose parse error is what it wants.
+type wantValue struct {
+	flag.Value
+	want   string
+	failed *bool
+}
+
+func (v wantValue) Set(s string) error {
+	err := v.Value.Set(s)
+	if err == nil {
+		return nil
+	}
+	*v.failed = true
+	if err.Error() == "parse error" { // the flag package's errParse, which says nothing more
+		return errors.New(v.want)
+	}
+	return fmt.Errorf("%v; %s", err, v.want) // "value out of range; want a whole number"
+}
+
+// IsBoolFlag keeps a boolean flag's value optional (--redis-cluster).
+func (v wantValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // envDefaults applies ALLOT_<FLAG> variables before the command line, so

@@ -233,14 +233,14 @@ func (a *Allocator) joinGossip() error {
 	if advertise == "" {
 		host, _, _ := net.SplitHostPort(a.Addr())
 		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-			return fmt.Errorf("allocator: listening on %s: give the address nodes should dial (--advertise)", a.Addr())
+			return fmt.Errorf("--gossip with --listen %s: give the address nodes should dial (--advertise)", a.Addr())
 		}
 		advertise = a.Addr()
 	}
 	g, err := fallback.Join(fallback.GossipConfig{Name: "allocator-" + advertise, Role: fallback.RoleAllocator,
 		Bind: a.cfg.GossipBind, Join: a.cfg.GossipJoin, GRPC: advertise, Keys: a.gossipKeys, Logger: a.log})
 	if err != nil {
-		return fmt.Errorf("allocator: %w", err)
+		return fmt.Errorf("--gossip: %w", err)
 	}
 	a.gossip = g
 	a.log.Info("gossip joined", "addr", g.Addr(), "advertise", advertise)
@@ -286,7 +286,7 @@ func (a *Allocator) openStore() error {
 		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.storeTimeout(), Cluster: a.cfg.RedisCluster,
 			MaxKeys: a.cfg.RedisMaxKeys})
 		if err != nil {
-			return fmt.Errorf("allocator: redis: %w", err)
+			return fmt.Errorf("--redis%s: %w", quotedURL(a.cfg.RedisURL), err)
 		}
 		a.store, a.ownStore = s, true
 		a.log.Info("store: redis", "url", redactURL(a.cfg.RedisURL), "cluster", a.cfg.RedisCluster)
@@ -334,7 +334,7 @@ func (a *Allocator) listen() error {
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("allocator: listen %s: %w", addr, err)
+		return fmt.Errorf("--listen: %w", err)
 	}
 	a.lis = lis
 	// Every call is counted; a request that does not decode is refused as
@@ -369,7 +369,7 @@ func (a *Allocator) listen() error {
 		if a.envoyLis != nil {
 			a.envoyLis.Close()
 		}
-		return fmt.Errorf("allocator: listen %s (metrics): %w", a.cfg.MetricsListen, err)
+		return fmt.Errorf("--metrics: %w", err)
 	}
 	a.httpLis = a.metricsListener(httpLis)
 	mux := http.NewServeMux()
@@ -425,7 +425,7 @@ func (a *Allocator) Reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
 	if a.cfg.RulesFile == "" {
-		return errors.New("allocator: no rules file to reload (started without --config)")
+		return errors.New("no rules file to reload (started without --config)")
 	}
 	set, err := rules.Load(a.cfg.RulesFile)
 	a.metrics.ObserveReload(err)
@@ -477,7 +477,7 @@ func (a *Allocator) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		err = fmt.Errorf("allocator: drain deadline passed with calls in flight: %w", ctx.Err())
+		err = fmt.Errorf("drain deadline passed with calls in flight: %w", ctx.Err())
 		if a.envoyGRPC != nil {
 			a.envoyGRPC.Stop()
 		}

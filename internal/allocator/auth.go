@@ -63,7 +63,7 @@ type guard struct {
 func readTokens(file string) ([][sha256.Size]byte, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("allocator: --auth-token-file: %w", err)
+		return nil, fmt.Errorf("--auth-token-file: %w", err)
 	}
 	var sums [][sha256.Size]byte
 	for i, line := range strings.Split(string(b), "\n") {
@@ -72,12 +72,12 @@ func readTokens(file string) ([][sha256.Size]byte, error) {
 			continue
 		}
 		if len(line) < minTokenLen {
-			return nil, fmt.Errorf("allocator: --auth-token-file %s:%d: token of %d bytes, want at least %d", file, i+1, len(line), minTokenLen)
+			return nil, fmt.Errorf("--auth-token-file %s:%d: token of %d bytes, want at least %d", file, i+1, len(line), minTokenLen)
 		}
 		sums = append(sums, sha256.Sum256([]byte(line)))
 	}
 	if len(sums) == 0 {
-		return nil, fmt.Errorf("allocator: --auth-token-file %s: no token in it", file)
+		return nil, fmt.Errorf("--auth-token-file %s: no token in it", file)
 	}
 	return sums, nil
 }

@@ -23,7 +23,7 @@ func (a *Allocator) setupEnvoy() error {
 	svc, err := envoy.New(envoy.Config{Store: a.store, Rules: a.server.Rules, StoreTimeout: a.cfg.StoreTimeout,
 		Registerer: a.registry, StoreMetrics: a.metrics, Logger: a.log, Clock: a.clock})
 	if err != nil {
-		return fmt.Errorf("allocator: %w", err)
+		return err
 	}
 	a.envoy = svc
 	svc.RulesLoaded(a.server.Rules())
@@ -38,7 +38,7 @@ func (a *Allocator) listenEnvoy(opts []grpc.ServerOption) error {
 	}
 	lis, err := net.Listen("tcp", a.cfg.EnvoyListen)
 	if err != nil {
-		return fmt.Errorf("allocator: listen %s (envoy): %w", a.cfg.EnvoyListen, err)
+		return fmt.Errorf("--envoy-listen: %w", err)
 	}
 	a.envoyLis = lis
 	a.envoyGRPC = grpc.NewServer(opts...)

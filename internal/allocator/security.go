@@ -50,33 +50,33 @@ func (c *Config) checkSecurity() error {
 	t := c.TLS
 	switch {
 	case (t.CertFile == "") != (t.KeyFile == ""):
-		return errors.New("allocator: --tls-cert and --tls-key go together")
+		return errors.New("--tls-cert and --tls-key go together")
 	case t.ClientCAFile != "" && t.CertFile == "":
-		return errors.New("allocator: --tls-client-ca needs --tls-cert and --tls-key")
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key")
 	case c.TokenFile != "" && t.CertFile == "":
-		return errors.New("allocator: --auth-token-file needs --tls-cert: a token must not cross the network in plaintext")
+		return errors.New("--auth-token-file needs --tls-cert: a token must not cross the network in plaintext")
 	}
 	if err := checkIdentityPattern(t.NodeIdentity); err != nil {
-		return fmt.Errorf("allocator: %w", err)
+		return err
 	}
 	switch c.MetricsTLS {
 	case MetricsPlain:
 	case MetricsTLS, MetricsMTLS:
 		if t.CertFile == "" {
-			return fmt.Errorf("allocator: --metrics-tls=%s needs --tls-cert", c.MetricsTLS)
+			return fmt.Errorf("--metrics-tls=%s needs --tls-cert", c.MetricsTLS)
 		}
 		if c.MetricsTLS == MetricsMTLS && t.ClientCAFile == "" {
-			return errors.New("allocator: --metrics-tls=mtls needs --tls-client-ca")
+			return errors.New("--metrics-tls=mtls needs --tls-client-ca")
 		}
 	default:
-		return fmt.Errorf("allocator: --metrics-tls: want tls or mtls (or empty), got %q", c.MetricsTLS)
+		return fmt.Errorf("--metrics-tls: want tls or mtls (or empty), got %q", c.MetricsTLS)
 	}
 	for flag, a := range map[string]Access{"--reflection": c.Reflection, "--get-rules": c.GetRules} {
 		if a == "" {
 			continue
 		}
 		if _, err := ParseAccess(string(a)); err != nil {
-			return fmt.Errorf("allocator: %s: %w", flag, err)
+			return fmt.Errorf("%s: %w", flag, err)
 		}
 	}
 	return nil
@@ -104,7 +104,7 @@ func (a *Allocator) setupSecurity() error {
 	if a.cfg.GossipKeyringFile != "" {
 		keys, err := fallback.ReadKeyring(a.cfg.GossipKeyringFile)
 		if err != nil {
-			return fmt.Errorf("allocator: --gossip-keyring: %w", err)
+			return fmt.Errorf("--gossip-keyring: %w", err)
 		}
 		a.gossipKeys = keys
 	}
@@ -113,7 +113,7 @@ func (a *Allocator) setupSecurity() error {
 	}
 	w, err := certs.Load(certs.Files{Cert: t.CertFile, Key: t.KeyFile, CA: t.ClientCAFile}, a.log)
 	if err != nil {
-		return fmt.Errorf("allocator: --tls-cert, --tls-key, --tls-client-ca: %w", err)
+		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
 	a.certs = w
 	return nil
@@ -179,7 +179,7 @@ func (a *Allocator) ReloadCredentials() error {
 			err = a.gossip.SetKeys(keys)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("allocator: --gossip-keyring: %w", err))
+			errs = append(errs, fmt.Errorf("--gossip-keyring: %w", err))
 		} else {
 			a.log.Info("gossip keyring reloaded", "keys", len(keys))
 		}

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,15 +36,19 @@ func checkContextTimeouts(client redis.UniversalClient) error {
 // time a caller waits on a dead Redis; the caller retries by itself), and
 // sockets that honour each call's deadline. A Redis more than a few
 // milliseconds away needs a larger opts.Timeout: it bounds dials too.
+//
+// An error says what is wrong with url, or with the Redis it names, and
+// what was expected, without url itself, which may hold a password: the
+// caller says where url came from (the allocator's --redis).
 func DialRedis(url string, opts RedisOptions) (*Redis, error) {
 	opts = opts.withDefaults()
 	client, err := dial(url, opts)
 	if err != nil {
-		return nil, fmt.Errorf("store: DialRedis: %w", err)
+		return nil, urlError(url, opts.Cluster, err)
 	}
 	if err := firstContact(client, opts.Timeout); err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("store: DialRedis: %w", err)
+		return nil, err
 	}
 	s, err := NewRedis(client, opts)
 	if err != nil {
@@ -70,6 +76,25 @@ func dial(url string, opts RedisOptions) (redis.UniversalClient, error) {
 	failFast(opts.Timeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries)
 	o.ContextTimeoutEnabled = true
 	return redis.NewClient(o), nil
+}
+
+// urlError rewrites go-redis's refusal of a URL ("redis: invalid URL
+// scheme: http") as what was wrong and what a good URL looks like. The
+// net/url error it may hold quotes the whole URL, password and all: only
+// its reason is kept.
+func urlError(raw string, cluster bool, err error) error {
+	example := "redis://user:password@host:6379/0"
+	if cluster {
+		example = "redis://user:password@host1:6379?addr=host2:6379&addr=host3:6379"
+	}
+	var parse *url.Error
+	if errors.As(err, &parse) {
+		return fmt.Errorf("%v; want a URL such as %s", parse.Err, example)
+	}
+	if u, perr := url.Parse(raw); perr == nil && u.Scheme != "redis" && u.Scheme != "rediss" && (cluster || u.Scheme != "unix") {
+		return fmt.Errorf("want a redis:// or rediss:// URL, got scheme %q", u.Scheme)
+	}
+	return fmt.Errorf("%s; want a URL such as %s", strings.TrimPrefix(err.Error(), "redis: "), example)
 }
 
 // failFast fills the timeouts and retry counts that are still zero.
