@@ -24,7 +24,7 @@ func serve()        {}
 func readmeUsingTheSDK(ctx context.Context, apiKey, tenant, user, partner string, size int64) error {
 	c, err := client.New(client.Config{
 		Allocators: []string{"10.0.0.5:7070", "10.0.0.6:7070"}, // balanced, with failover
-		NodeID:     "web-17",                                     // unique per node
+		NodeID:     "web-17",                                   // unique per node
 		Gossip:     &client.GossipConfig{Bind: "0.0.0.0:7946", Join: []string{"10.0.1.2:7946"}},
 		Registerer: prometheus.DefaultRegisterer,
 	})
