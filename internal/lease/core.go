@@ -36,6 +36,10 @@ type Core struct {
 	// mostHolders is the most holders seen on any key in the current and
 	// the previous holdersWindow: a fleet size for nodes without gossip.
 	mostHolders, mostHoldersBefore atomic.Int32
+	// guess is the node's first guess of the store's clock (its wall less
+	// its monotonic clock), nil until one is made: the windows a fallback
+	// counts in while it knows no better (Windows).
+	guess atomic.Pointer[time.Duration]
 	holdersSince                   mono
 
 	// answered is closed, and replaced, each time an Acquire's answer or

@@ -46,10 +46,15 @@ func (c *Core) learnWindows(r *rules.Rule, f *flight, g Grant, now mono) {
 
 // Windows is where the store's windows lie, as far as this node knows;
 // guess is the node's own offset (its wall clock less its monotonic one),
-// used while it knows nothing. Safe for concurrent use.
+// used while it knows nothing: the first guess, kept, so that a step of
+// the wall clock does not move the windows a fallback counts in (a node
+// clock stepped 31 minutes let a sliding log's fallback count a third
+// half-window in one period). Safe for concurrent use.
 func (c *Core) Windows(guess time.Duration) fallback.Windows {
 	if w := c.windows.Load(); w != nil {
 		return *w
 	}
-	return fallback.Windows{Lo: guess, Hi: guess}
+	c.guess.CompareAndSwap(nil, &guess)
+	g := *c.guess.Load()
+	return fallback.Windows{Lo: g, Hi: g}
 }

@@ -139,3 +139,15 @@ func TestWindowKeyAdmitsNothingInTheWindowItHeldALeaseIn(t *testing.T) {
 			want: func(g *rig) error { return verdict(v, false, true, false) }},
 	})
 }
+
+// Before any grant, the windows a fallback counts in are the node's first
+// guess, kept: a step of its wall clock (the next guess) moves nothing,
+// or a sliding log's fallback would count a fresh half-window mid-period
+// (the simulator, seed 2491: a node clock stepped 31 minutes, 101 of 100).
+func TestWindowsGuessIsKept(t *testing.T) {
+	g := newRig(t, nil)
+	first := g.core.Windows(5 * time.Second)
+	if w := g.core.Windows(5*time.Second + 31*time.Minute); w != first || w.Lo != 5*time.Second {
+		t.Fatalf("windows %+v after the wall clock stepped, want the first guess %+v", w, first)
+	}
+}
