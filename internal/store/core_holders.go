@@ -131,7 +131,9 @@ func (h heldReport) bound(can float64) float64 {
 // capConsumed bounds what a node reports as admitted without a lease by
 // what its fallback share could have admitted since age ago: the burst and
 // the rate divided over the key's holders, absent ones and the node
-// counted. The age counts
+// counted, or by what the store last told the node's fallback to divide
+// by if fewer (the first holder of a cold fleet, told 1, may admit the
+// whole rule on its fallback, and is debited for it). The age counts
 // up to an absence (rules.LeaseTuning.Absence): consumption is debited in
 // full however late, so without a bound on the age one report of an old
 // outage could put the key in debt for as long as it claims. No report can
@@ -140,11 +142,14 @@ func (st *state) capConsumed(r *rules.Rule, node string, now, consumed int64, ag
 	if consumed <= 0 {
 		return 0
 	}
-	n, a := 1, absenceUS(r)
+	n, a := int64(1), absenceUS(r)
 	for h, o := range st.holders {
 		if h != node && o.known(now, a) {
 			n++
 		}
+	}
+	if self, ok := st.holders[node]; ok && self.known(now, a) {
+		n = min(n, max(self.n, 1))
 	}
 	ageUS := min(age.Microseconds(), a)
 	limit := float64(r.Capacity())/float64(n) + float64(ageUS)*ratePerUS(r)/float64(n)

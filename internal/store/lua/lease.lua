@@ -110,6 +110,10 @@ local function cap_consumed(st, capacity, node, now, consumed, age)
       n = n + 1
     end
   end
+  local self = st.holders[node]
+  if self and self[1] + absence > now then
+    n = min(n, max(self[9], 1))
+  end
   local cap = capacity / n + min(age, absence) * (limit / period) / n
   return min(consumed, ceil(min(cap, max_wait)))
 end
