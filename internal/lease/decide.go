@@ -38,12 +38,23 @@ type Verdict struct {
 func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int, again bool) Verdict {
 	for {
 		gen := k.gen.Load()
-		left, ok := k.Take(n)
-		if ok {
-			return Verdict{Allowed: true, Remaining: k.remaining(left), gen: gen}
-		}
-		if left < 0 {
-			return Verdict{Gone: true}
+		if sb := k.spendBy.Load(); sb == 0 || monoAt(now) < mono(sb) {
+			left, ok := k.Take(n)
+			if ok {
+				return Verdict{Allowed: true, Remaining: k.remaining(left), gen: gen}
+			}
+			if left < 0 {
+				return Verdict{Gone: true}
+			}
+		} else {
+			// A window's oldest tokens died with their window and the Core,
+			// late, has not taken them out yet: none is spent (a node whose
+			// loop ran 20 ms late spent them in the next window: 101 of
+			// 100). It takes them out as soon as it runs.
+			k.WantRefill()
+			if k.tokens.Load() < 0 {
+				return Verdict{Gone: true}
+			}
 		}
 		r := k.Rule()
 		c := k.table.c

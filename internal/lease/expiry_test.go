@@ -60,3 +60,39 @@ func TestTokensDieWithTheirLease(t *testing.T) {
 			}},
 	})
 }
+
+// A window key's tokens are not spent past their lease's end, even while
+// the Core is late to take them out (a node whose loop runs late: the
+// simulator's saturated node, 20 ms late, spent them in the next window,
+// 101 of 100). The hot path reads when the oldest die; the Core, when it
+// runs, takes them out.
+func TestWindowTokensUnspentPastTheirEndWhileTheCoreIsLate(t *testing.T) {
+	g := newRig(t, nil)
+	k := func() *KeyLease { return g.key("win", "k") }
+	g.decide("win", "k", 1)
+	g.to(time.Millisecond)
+	g.answer()
+	if k().Tokens() == 0 {
+		t.Fatal("no tokens granted")
+	}
+	end := mono(k().spendBy.Load())
+	if end == 0 {
+		t.Fatal("a window key's tokens say no end")
+	}
+	// The clock passes the end; the Core does not run.
+	g.clk.Advance(end.Sub(monoAt(g.now())) + time.Millisecond)
+	held := k().Tokens()
+	if v := k().Decide(1, g.now(), g.clk.Now(), 1, false); v.Allowed {
+		t.Fatalf("spent a token of a lease that ended %v ago, the Core late: %+v", time.Millisecond, v)
+	}
+	if k().Tokens() != held {
+		t.Fatalf("tokens %d, want the %d the Core has not taken out yet, untouched", k().Tokens(), held)
+	}
+	// A token bucket's say nothing.
+	g.decide("r", "b", 1)
+	g.to(g.now() - g.start + time.Millisecond)
+	g.answer()
+	if g.key("r", "b").spendBy.Load() != 0 {
+		t.Fatal("a token bucket's tokens say an end to the hot path")
+	}
+}

@@ -70,6 +70,7 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 		k.spans.put(g.Granted-pay, expiry)
 		k.add(g.Granted - pay)
 	}
+	k.syncSpendBy()
 	k.owe(inFlight, since)
 	k.settleOwed()
 	switch {

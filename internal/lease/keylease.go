@@ -27,6 +27,7 @@ type KeyLease struct {
 	holders   atomic.Int32  // the allocator's last count of the key's holders
 	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
 	freesAt   atomic.Int64  // window rules: the mono at which the store said its window frees a refused want; 0: none
+	spendBy   atomic.Int64  // window rules: the mono at which its oldest leased tokens die; 0: none (syncSpendBy)
 	notBefore atomic.Int64  // the mono before which no refill leaves
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
 	epoch     atomic.Int64  // the window of its newest lease (window rules)
@@ -79,6 +80,18 @@ func (k *KeyLease) Rule() *rules.Rule {
 
 // Holders is the allocator's last count of the key's holders, 0 if unknown.
 func (k *KeyLease) Holders() int { return int(k.holders.Load()) }
+
+// syncSpendBy tells the hot path when a window key's oldest leased tokens
+// die, after the Core changed its spans: Decide spends none past it, also
+// when the Core is late to take them out. A token bucket's say nothing (a
+// lease's tokens spent late pass no window).
+func (k *KeyLease) syncSpendBy() {
+	at, ok := k.spans.next()
+	if !ok || k.Rule().Algorithm == rules.TokenBucket {
+		at = 0
+	}
+	k.spendBy.Store(int64(at))
+}
 
 // FallbackNodes is what the allocator last told the key's fallback to
 // divide the rule by, at least (Grant.FallbackNodes), 0 if it did not say:
