@@ -39,8 +39,8 @@ type Core struct {
 	// guess is the node's first guess of the store's clock (its wall less
 	// its monotonic clock), nil until one is made: the windows a fallback
 	// counts in while it knows no better (Windows).
-	guess atomic.Pointer[time.Duration]
-	holdersSince                   mono
+	guess        atomic.Pointer[time.Duration]
+	holdersSince mono
 
 	// answered is closed, and replaced, each time an Acquire's answer or
 	// failure has been applied: callers waiting for a first lease.
