@@ -51,6 +51,7 @@ type options struct {
 	newKeysPerNode               float64
 	gossipKeyring                string
 	envoyListen                  string
+	envoyConfigDir               string
 }
 
 func main() {
@@ -92,6 +93,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.redisMaxKeys, "redis-max-keys", store.DefaultRedisMaxKeys, "keys the Redis database holds at most (DBSIZE, polled every 100ms); a new key past it gets ResourceExhausted; negative: no cap (ALLOT_REDIS_MAX_KEYS)")
 	fs.Float64Var(&o.newKeysPerNode, "max-new-keys-per-node", server.DefaultNewKeysPerNode, "keys one node may add to the store per second; more get ResourceExhausted with a RetryInfo; negative: no cap (ALLOT_MAX_NEW_KEYS_PER_NODE)")
 	fs.StringVar(&o.gossipKeyring, "gossip-keyring", "", "file of gossip encryption keys, base64, one a line, the first encrypts; reloaded on SIGHUP (ALLOT_GOSSIP_KEYRING). Default: gossip in the clear")
+	fs.StringVar(&o.envoyConfigDir, "envoy-config-dir", "", "directory of envoyproxy/ratelimit config files (its RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), one domain per *.yaml as they are, added to the rules file's envoy section; reloaded on SIGHUP (ALLOT_ENVOY_CONFIG_DIR). Default: none")
 	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (ALLOT_LOG_FORMAT)")
@@ -261,7 +263,7 @@ func run(args []string, stderr io.Writer) error {
 			NodeIdentity: o.tlsNodeID, Reload: o.tlsReload},
 		MetricsTLS: o.metricsTLS, TokenFile: o.tokenFile, Reflection: reflection, GetRules: getRules,
 		MaxInFlight: o.maxInFlight, MaxInFlightPerNode: o.maxPerNode, GossipKeyringFile: o.gossipKeyring,
-		EnvoyListen: o.envoyListen, MemoryMaxKeys: o.memoryMaxKeys, RedisMaxKeys: o.redisMaxKeys,
+		EnvoyListen: o.envoyListen, EnvoyConfigDir: o.envoyConfigDir, MemoryMaxKeys: o.memoryMaxKeys, RedisMaxKeys: o.redisMaxKeys,
 		NewKeysPerNode: o.newKeysPerNode,
 	})
 	if err != nil {
@@ -280,7 +282,7 @@ func run(args []string, stderr io.Writer) error {
 			return err
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
-				if o.config != "" {
+				if o.config != "" || o.envoyConfigDir != "" {
 					_ = a.Reload() // logged; the old rules stay
 				}
 				_ = a.ReloadCredentials() // logged; what fails to load stays as it was

@@ -44,6 +44,10 @@ type Config struct {
 	RulesFile string
 	// Rules, when set and RulesFile is empty, is the rule set to serve.
 	Rules *rules.Set
+	// EnvoyConfigDir is a directory of envoyproxy/ratelimit config files,
+	// one domain per *.yaml file as that service reads them, added to the
+	// rules' envoy section and reloaded with them. default: none
+	EnvoyConfigDir string
 	// RedisURL selects the Redis store (redis:// or rediss://). default:
 	// none, the embedded memory store
 	RedisURL string
@@ -267,8 +271,8 @@ func (a *Allocator) GossipAddr() string {
 
 func (a *Allocator) initialRules() (*rules.Set, error) {
 	switch {
-	case a.cfg.RulesFile != "":
-		return rules.Load(a.cfg.RulesFile)
+	case a.cfg.RulesFile != "" || a.cfg.EnvoyConfigDir != "":
+		return a.loadRules()
 	case a.cfg.Rules != nil:
 		return a.cfg.Rules, nil
 	}
@@ -419,15 +423,15 @@ func (a *Allocator) Serve() error {
 	return err
 }
 
-// Reload re-reads the rules file. An invalid file keeps the current rules;
-// the error says why.
+// Reload re-reads the rules file and the envoy config directory. An
+// invalid file keeps the current rules; the error says why.
 func (a *Allocator) Reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	if a.cfg.RulesFile == "" {
+	if a.cfg.RulesFile == "" && a.cfg.EnvoyConfigDir == "" {
 		return errors.New("no rules file to reload (started without --config)")
 	}
-	set, err := rules.Load(a.cfg.RulesFile)
+	set, err := a.loadRules()
 	a.metrics.ObserveReload(err)
 	if err != nil {
 		a.log.Error("rules reload failed; keeping the current rules", "err", err, "rules_version", a.server.Rules().Version())

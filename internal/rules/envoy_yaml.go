@@ -58,6 +58,9 @@ func (ep *envoyParse) fields(n *yaml.Node, rule, path, allowed string) (map[stri
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		field := join(path, fieldName(k.Value))
+		if why, known := envoyUnsupported[k.Value]; known && !contains(ok, k.Value) {
+			return nil, ep.p.fail(k, rule, field, "%s", why)
+		}
 		if !contains(ok, k.Value) {
 			return nil, ep.p.fail(k, rule, field, "unknown field (%s)", allowed)
 		}
@@ -119,7 +122,7 @@ func (p *parser) envoy(n *yaml.Node, set *Set) (*Envoy, error) {
 			return nil, err
 		}
 		if line, dup := lines[dom.Name]; dup {
-			return nil, p.fail(dn, "", path+".domain", "domain %q is given twice (also at line %d)", dom.Name, line)
+			return nil, p.fail(dn, "", join(path, "domain"), "domain %q is given twice (also at line %d)", dom.Name, line)
 		}
 		lines[dom.Name] = dn.Line
 		e.domains[dom.Name] = dom
@@ -137,18 +140,18 @@ func (ep *envoyParse) domain(path string, n *yaml.Node) (*EnvoyDomain, error) {
 	}
 	name, ok := f["domain"]
 	if !ok || name.value.Kind != yaml.ScalarNode || name.value.Value == "" {
-		return nil, ep.p.fail(n, "", path+".domain", "is required: a non-empty string")
+		return nil, ep.p.fail(n, "", join(path, "domain"), "is required: a non-empty string")
 	}
 	dom := &EnvoyDomain{Name: name.value.Value, Algorithm: FixedWindow}
 	if a, ok := f["algorithm"]; ok {
 		if dom.Algorithm, err = ParseAlgorithm(a.value.Value); err != nil {
-			return nil, ep.p.fail(a.value, "", path+".algorithm", "%v", err)
+			return nil, ep.p.fail(a.value, "", join(path, "algorithm"), "%v", err)
 		}
 	}
 	fmt.Fprintf(ep.digest, "domain %q %s\n", dom.Name, dom.Algorithm)
 	dp := &domainParse{envoyParse: ep, dom: dom, named: make(map[string]bool)}
 	if d, ok := f["descriptors"]; ok {
-		if err := dp.level(path+".descriptors", d.value, &dom.root, nil); err != nil {
+		if err := dp.level(join(path, "descriptors"), d.value, &dom.root, nil); err != nil {
 			return nil, err
 		}
 	}
