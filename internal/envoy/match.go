@@ -103,7 +103,7 @@ func match(dom *rules.EnvoyDomain, req *rlspb.RateLimitRequest) ([]check, error)
 			})
 		}
 		if c.limit != nil {
-			c.key = storeKey(d.GetEntries())
+			c.key = storeKey(d.GetEntries(), c.limit.Shared)
 		}
 	}
 	replace(checks)
@@ -198,9 +198,11 @@ func replace(checks []check) {
 
 // storeKey is the key a descriptor is counted under within its rule: its
 // entries, "key=value|key=value", with '%', '=' and '|' escaped so that
-// distinct entries never meet. A key the store would refuse (longer than
-// 512 bytes, or not UTF-8) is hashed.
-func storeKey(entries []*ratelimitpb.RateLimitDescriptor_Entry) string {
+// distinct entries never meet. Where shared (rules.EnvoyLimit.Shared)
+// names a pattern, the pattern stands for the value, so that every value
+// it matches counts under one key (share_threshold). A key the store
+// would refuse (longer than 512 bytes, or not UTF-8) is hashed.
+func storeKey(entries []*ratelimitpb.RateLimitDescriptor_Entry, shared []string) string {
 	var b strings.Builder
 	for i, e := range entries {
 		if i > 0 {
@@ -208,7 +210,11 @@ func storeKey(entries []*ratelimitpb.RateLimitDescriptor_Entry) string {
 		}
 		escapeTo(&b, e.GetKey())
 		b.WriteByte('=')
-		escapeTo(&b, e.GetValue())
+		if i < len(shared) && shared[i] != "" {
+			escapeTo(&b, shared[i])
+		} else {
+			escapeTo(&b, e.GetValue())
+		}
 	}
 	k := b.String()
 	if len(k) > maxKeyBytes || !utf8.ValidString(k) {

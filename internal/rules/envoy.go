@@ -97,6 +97,13 @@ type EnvoyLimit struct {
 	Name string
 	// Replaces names the limits this one replaces when both match.
 	Replaces []string
+	// Shared holds, for each entry of the limit's path, the pattern whose
+	// values share one counter (share_threshold: true, as in
+	// envoyproxy/ratelimit), or "" where each value counts apart; nil
+	// when no entry shares. The store key writes the pattern for those
+	// entries, so "files/a" and "files/b" under "files/*" spend from one
+	// count instead of one each.
+	Shared []string
 }
 
 // Period is how long the limit's window is.
@@ -229,6 +236,10 @@ func (l *envoyNode) limits(out *[]*EnvoyLimit) {
 // EnvoyEntry is one step of a descriptor's path, for naming its rule.
 type EnvoyEntry struct {
 	Key, Value string // Value "" for any value; as written for a pattern ("abc*")
+	// Shared: the values a pattern matches share one counter
+	// (share_threshold). Not part of the rule's name: the counter's key
+	// says it.
+	Shared bool
 }
 
 // envoyNamePrefix starts every rule name made from the envoy section.

@@ -180,8 +180,10 @@ func TestEnvoyDirErrorsNameFileLineAndField(t *testing.T) {
 		{"the envoy wrapping", "a.yaml", "envoy:\n  domains: []\n", `a.yaml:1: envoy: unknown field (domain, algorithm, descriptors)`},
 		{"quota_mode", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    quota_mode: true\n",
 			`a.yaml:4: descriptors[0].quota_mode: not supported:`},
-		{"share_threshold", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    value: v*\n    share_threshold: true\n",
-			`a.yaml:5: descriptors[0].share_threshold: not supported:`},
+		{"share_threshold without a pattern", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
+			`a.yaml:5: descriptors[0].share_threshold: applies to a value with a '*'`},
+		{"share_threshold not a bool", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    value: v*\n    share_threshold: often\n",
+			`a.yaml:5: descriptors[0].share_threshold: must be true or false, got "often"`},
 		{"value_to_metric", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    value_to_metric: true\n",
 			`a.yaml:4: descriptors[0].value_to_metric: not supported:`},
 		{"metadata", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    metadata: {}\n",
@@ -213,7 +215,7 @@ func TestEnvoyDirErrorsNameFileLineAndField(t *testing.T) {
 }
 
 func TestEnvoySectionRefusesUpstreamFieldsItLacksWithWhy(t *testing.T) {
-	for _, field := range []string{"quota_mode: true", "share_threshold: true", "value_to_metric: true", "metadata: {}"} {
+	for _, field := range []string{"quota_mode: true", "value_to_metric: true", "metadata: {}"} {
 		doc := "envoy:\n  domains:\n    - domain: d\n      descriptors:\n        - key: k\n          " + field + "\n"
 		_, err := Parse("t.yaml", []byte(doc))
 		name, _, _ := strings.Cut(field, ":")
@@ -221,5 +223,33 @@ func TestEnvoySectionRefusesUpstreamFieldsItLacksWithWhy(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%s: err %v, want it to start %q", name, err, want)
 		}
+	}
+}
+
+// share_threshold marks the entries whose values share a counter, and a
+// limit that shares is a different rules version from one that does not:
+// its counters are keyed differently.
+func TestEnvoyShareThresholdMarksTheSharedEntries(t *testing.T) {
+	doc := func(share string) string {
+		return "envoy:\n  domains:\n    - domain: d\n      descriptors:\n        - key: tenant\n          value: t-*\n" + share +
+			"          descriptors:\n            - key: user\n              rate_limit: { unit: minute, requests_per_unit: 2 }\n"
+	}
+	shared, err := Parse("t.yaml", []byte(doc("          share_threshold: true\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apart, err := Parse("t.yaml", []byte(doc("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lookup(t, shared.Envoy(), "d", "tenant=t-9", "user=u")
+	if l == nil || len(l.Shared) != 2 || l.Shared[0] != "t-*" || l.Shared[1] != "" {
+		t.Fatalf("limit %+v: want Shared [t-* \"\"]", l)
+	}
+	if l := lookup(t, apart.Envoy(), "d", "tenant=t-9", "user=u"); l == nil || l.Shared != nil {
+		t.Fatalf("limit %+v: want Shared nil without share_threshold", l)
+	}
+	if shared.Version() == apart.Version() {
+		t.Fatal("share_threshold left the rules version as it was")
 	}
 }

@@ -12,8 +12,6 @@ var envoyUnsupported = map[string]string{
 		"for quota-aware routing, and refuses once every quota limit is exceeded; Allot " +
 		"sets no dynamic_metadata. For a soft limit that admits and counts, write " +
 		"shadow_mode: true",
-	"share_threshold": "not supported: every value a pattern matches counts apart here; " +
-		"one counter shared by all the values of a wildcard is not implemented",
 	"value_to_metric": "not supported: Allot's metrics label domains and rules, never " +
 		"descriptor values, so that clients' values cannot grow the metrics without bound",
 	"metadata": "not supported: a descriptor's metadata goes into a response's " +

@@ -224,7 +224,7 @@ func describe(e EnvoyEntry) string {
 // descriptor parses one descriptor and what is nested in it.
 func (dp *domainParse) descriptor(field string, n *yaml.Node, parent []EnvoyEntry) (*envoyDescriptor, EnvoyEntry, error) {
 	var entry EnvoyEntry
-	f, err := dp.fields(n, "", field, "key, value, rate_limit, shadow_mode, detailed_metric, descriptors")
+	f, err := dp.fields(n, "", field, "key, value, rate_limit, shadow_mode, share_threshold, detailed_metric, descriptors")
 	if err != nil {
 		return nil, entry, err
 	}
@@ -240,6 +240,14 @@ func (dp *domainParse) descriptor(field string, n *yaml.Node, parent []EnvoyEntr
 		}
 		entry.Value = v.value.Value
 		d.value, d.pattern = entry.Value, strings.Contains(entry.Value, "*")
+	}
+	if s, ok := f["share_threshold"]; ok {
+		if entry.Shared, err = strconv.ParseBool(s.value.Value); err != nil || s.value.Kind != yaml.ScalarNode {
+			return nil, entry, dp.p.fail(s.value, "", field+".share_threshold", "must be true or false, got %q", s.value.Value)
+		}
+		if entry.Shared && !d.pattern {
+			return nil, entry, dp.p.fail(s.key, "", field+".share_threshold", "applies to a value with a '*' (the values it matches share one counter), and this descriptor's value has none")
+		}
 	}
 	path := append(append([]EnvoyEntry(nil), parent...), entry)
 	shadow := false
@@ -275,7 +283,7 @@ func (dp *domainParse) limit(field string, n *yaml.Node, path []EnvoyEntry, shad
 	if err != nil {
 		return nil, err
 	}
-	l := &EnvoyLimit{Path: pathString(path), Shadow: shadow, UnitMultiplier: 1}
+	l := &EnvoyLimit{Path: pathString(path), Shadow: shadow, UnitMultiplier: 1, Shared: sharedPatterns(path)}
 	if u, ok := f["unlimited"]; ok {
 		if l.Unlimited, err = strconv.ParseBool(u.value.Value); err != nil || u.value.Kind != yaml.ScalarNode {
 			return nil, dp.p.fail(u.value, "", field+".unlimited", "must be true or false, got %q", u.value.Value)
@@ -416,4 +424,18 @@ func pathString(path []EnvoyEntry) string {
 		}
 	}
 	return strings.Join(parts, "/")
+}
+
+// sharedPatterns is EnvoyLimit.Shared for a limit at the end of path.
+func sharedPatterns(path []EnvoyEntry) []string {
+	var out []string
+	for i, e := range path {
+		if e.Shared {
+			if out == nil {
+				out = make([]string, len(path))
+			}
+			out[i] = e.Value
+		}
+	}
+	return out
 }
