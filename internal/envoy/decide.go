@@ -33,6 +33,9 @@ import (
 //
 // Shadow limits are decided and counted like the others but never refuse:
 // one that would refuse is left unspent and does not block the rest.
+// Quota limits (quota_mode) are soft the same way, but for one case: when
+// every quota limit of the request is exceeded the request is refused
+// (quotaExhausted), before anything is spent.
 //
 // A limit of 0, and hits above a limit's capacity, refuse without a store
 // call (the store has nothing to say that could change the answer); their
@@ -58,8 +61,9 @@ func (s *Service) decide(ctx context.Context, checks []check) error {
 			live = append(live, c)
 			continue
 		}
-		refused = refused || (c.over && !l.Shadow)
+		refused = refused || (c.over && !l.Soft())
 	}
+	refused = refused || quotaExhausted(checks)
 	if len(live) == 0 {
 		return nil
 	}
@@ -75,9 +79,9 @@ func (s *Service) decide(ctx context.Context, checks []check) error {
 			return err
 		}
 		c.d, c.over = d, d.Remaining < int64(c.hits)
-		refused = refused || (c.over && !c.limit.Shadow)
+		refused = refused || (c.over && !c.limit.Soft())
 	}
-	if refused {
+	if refused || quotaExhausted(checks) {
 		return nil
 	}
 	return s.spend(ctx, live)
@@ -89,7 +93,7 @@ func (s *Service) decide(ctx context.Context, checks []check) error {
 func (s *Service) spend(ctx context.Context, live []*check) error {
 	order := make([]*check, 0, len(live))
 	for _, c := range live {
-		if !c.over { // a shadow limit without room stays unspent
+		if !c.over { // a soft limit without room stays unspent
 			order = append(order, c)
 		}
 	}
@@ -114,7 +118,7 @@ func (s *Service) spend(ctx context.Context, live []*check) error {
 			spent++
 			continue
 		}
-		if c.limit.Shadow {
+		if c.limit.Soft() {
 			continue
 		}
 		if spent > 0 {

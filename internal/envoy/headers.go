@@ -91,7 +91,7 @@ func headers(mode rules.EnvoyHeaders, checks []check, overall rlspb.RateLimitRes
 // limit's window ends.
 func hopeless(checks []check) bool {
 	for i := range checks {
-		if c := &checks[i]; c.never && !c.limit.Shadow {
+		if c := &checks[i]; c.never && !c.limit.Soft() {
 			return true
 		}
 	}
@@ -116,7 +116,7 @@ func binding(checks []check) *check {
 		if limited(c) == nil {
 			continue
 		}
-		if c.over && !c.limit.Shadow {
+		if c.over && (!c.limit.Soft() || c.limit.Quota && quotaExhausted(checks)) {
 			if refusal == nil || c.reset() > refusal.reset() {
 				refusal = c
 			}

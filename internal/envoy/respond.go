@@ -23,7 +23,9 @@ import (
 //     what is left of it, and the time until it resets in whole seconds,
 //     rounded up, as envoyproxy/ratelimit gives it (its window's length
 //     less the whole seconds since the window began is the same number);
-//     OVER_LIMIT when it refused, unless it is in shadow mode.
+//     OVER_LIMIT when it refused, unless it is in shadow mode; a quota
+//     limit says OVER_LIMIT in its status alone, and the overall code is
+//     OVER_LIMIT for it only when every quota limit is (quotaExhausted).
 func respond(checks []check) *rlspb.RateLimitResponse {
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK,
 		Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(checks))}
@@ -43,9 +45,14 @@ func respond(checks []check) *rlspb.RateLimitResponse {
 			}
 			if c.over && !l.Shadow {
 				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+			if c.over && !l.Soft() {
 				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 			}
 		}
+	}
+	if quotaExhausted(checks) {
+		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	return resp
 }

@@ -93,6 +93,11 @@ type EnvoyLimit struct {
 	Unlimited bool
 	// Shadow decides and counts but never refuses.
 	Shadow bool
+	// Quota is envoyproxy/ratelimit's quota_mode, a soft limit: it decides
+	// and counts, an exceeded one says OVER_LIMIT in its own status while
+	// the request is admitted, and the request is refused only when every
+	// quota limit it matched is exceeded (QuotaExhausted).
+	Quota bool
 	// Name is the rate_limit's name, which replaces entries refer to.
 	Name string
 	// Replaces names the limits this one replaces when both match.
@@ -105,6 +110,10 @@ type EnvoyLimit struct {
 	// count instead of one each.
 	Shared []string
 }
+
+// Soft reports whether the limit never refuses a request on its own:
+// shadow_mode or quota_mode.
+func (l *EnvoyLimit) Soft() bool { return l.Shadow || l.Quota }
 
 // Period is how long the limit's window is.
 func (l *EnvoyLimit) Period() time.Duration {

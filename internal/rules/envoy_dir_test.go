@@ -64,6 +64,22 @@ descriptors:
     rate_limit:
       unlimited: true
 `
+	upstreamQuota = `---
+domain: quotas
+descriptors:
+  - key: backend
+    value: primary
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: backend
+    value: secondary
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+`
 	upstreamDatabase = `---
 domain: db_calls
 descriptors:
@@ -85,6 +101,7 @@ func TestEnvoyDirLoadsUpstreamFilesAsTheyAre(t *testing.T) {
 	dir := upstreamDir(t, map[string]string{
 		"gateway.yaml": upstreamGateway,
 		"database.yml": upstreamDatabase,
+		"quota.yaml":   upstreamQuota,
 		".gateway.swp": "not yaml at all: [",
 		"README.md":    "# not a config file",
 		".hidden.yaml": "domain: hidden\n",
@@ -101,8 +118,8 @@ func TestEnvoyDirLoadsUpstreamFilesAsTheyAre(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := set.Envoy()
-	if got := strings.Join(e.Domains(), ","); got != "db_calls,gateway" {
-		t.Fatalf("domains %q, want db_calls,gateway in file name order", got)
+	if got := strings.Join(e.Domains(), ","); got != "db_calls,gateway,quotas" {
+		t.Fatalf("domains %q, want db_calls,gateway,quotas in file name order", got)
 	}
 	cases := []struct {
 		domain  string
@@ -120,6 +137,7 @@ func TestEnvoyDirLoadsUpstreamFilesAsTheyAre(t *testing.T) {
 		{"gateway", []string{"internal=1"}, 0, "unlimited"},
 		{"db_calls", []string{"database=orders"}, 5, "limit"},
 		{"db_calls", []string{"database=other"}, 0, "none"},
+		{"quotas", []string{"backend=secondary"}, 2, "quota"},
 	}
 	for _, c := range cases {
 		l := lookup(t, e, c.domain, c.entries...)
@@ -130,6 +148,8 @@ func TestEnvoyDirLoadsUpstreamFilesAsTheyAre(t *testing.T) {
 			got = "unlimited"
 		case l.Shadow:
 			got = "shadow"
+		case l.Quota:
+			got = "quota"
 		default:
 			got = "limit"
 		}
@@ -178,8 +198,10 @@ func TestEnvoyDirErrorsNameFileLineAndField(t *testing.T) {
 			`a.yaml:5: descriptors[0].rate_limit.unit: unknown unit "fortnight"`},
 		{"no domain", "a.yaml", "descriptors:\n  - key: k\n", `a.yaml:1: domain: is required`},
 		{"the envoy wrapping", "a.yaml", "envoy:\n  domains: []\n", `a.yaml:1: envoy: unknown field (domain, algorithm, descriptors)`},
-		{"quota_mode", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    quota_mode: true\n",
-			`a.yaml:4: descriptors[0].quota_mode: not supported:`},
+		{"quota_mode without a rate_limit", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    quota_mode: true\n",
+			`a.yaml:4: descriptors[0].quota_mode: applies to a rate_limit`},
+		{"quota_mode and shadow_mode", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: true\n    quota_mode: true\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
+			`a.yaml:5: descriptors[0].quota_mode: and shadow_mode: a limit is one or the other`},
 		{"share_threshold without a pattern", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
 			`a.yaml:5: descriptors[0].share_threshold: applies to a value with a '*'`},
 		{"share_threshold not a bool", "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    value: v*\n    share_threshold: often\n",
@@ -215,7 +237,7 @@ func TestEnvoyDirErrorsNameFileLineAndField(t *testing.T) {
 }
 
 func TestEnvoySectionRefusesUpstreamFieldsItLacksWithWhy(t *testing.T) {
-	for _, field := range []string{"quota_mode: true", "value_to_metric: true", "metadata: {}"} {
+	for _, field := range []string{"value_to_metric: true", "metadata: {}"} {
 		doc := "envoy:\n  domains:\n    - domain: d\n      descriptors:\n        - key: k\n          " + field + "\n"
 		_, err := Parse("t.yaml", []byte(doc))
 		name, _, _ := strings.Cut(field, ":")

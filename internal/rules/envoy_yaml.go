@@ -224,7 +224,7 @@ func describe(e EnvoyEntry) string {
 // descriptor parses one descriptor and what is nested in it.
 func (dp *domainParse) descriptor(field string, n *yaml.Node, parent []EnvoyEntry) (*envoyDescriptor, EnvoyEntry, error) {
 	var entry EnvoyEntry
-	f, err := dp.fields(n, "", field, "key, value, rate_limit, shadow_mode, share_threshold, detailed_metric, descriptors")
+	f, err := dp.fields(n, "", field, "key, value, rate_limit, shadow_mode, quota_mode, share_threshold, detailed_metric, descriptors")
 	if err != nil {
 		return nil, entry, err
 	}
@@ -259,13 +259,25 @@ func (dp *domainParse) descriptor(field string, n *yaml.Node, parent []EnvoyEntr
 			return nil, entry, dp.p.fail(s.key, "", field+".shadow_mode", "applies to a rate_limit, and this descriptor has none")
 		}
 	}
+	quota := false
+	if q, ok := f["quota_mode"]; ok {
+		if quota, err = strconv.ParseBool(q.value.Value); err != nil || q.value.Kind != yaml.ScalarNode {
+			return nil, entry, dp.p.fail(q.value, "", field+".quota_mode", "must be true or false, got %q", q.value.Value)
+		}
+		if _, ok := f["rate_limit"]; !ok && quota {
+			return nil, entry, dp.p.fail(q.key, "", field+".quota_mode", "applies to a rate_limit, and this descriptor has none")
+		}
+		if quota && shadow {
+			return nil, entry, dp.p.fail(q.key, "", field+".quota_mode", "and shadow_mode: a limit is one or the other (shadow never refuses; quota refuses once every quota limit of a request is exceeded)")
+		}
+	}
 	if m, ok := f["detailed_metric"]; ok { // accepted: metrics never carry values here
 		if _, err := strconv.ParseBool(m.value.Value); err != nil || m.value.Kind != yaml.ScalarNode {
 			return nil, entry, dp.p.fail(m.value, "", field+".detailed_metric", "must be true or false, got %q", m.value.Value)
 		}
 	}
 	if r, ok := f["rate_limit"]; ok {
-		if d.limit, err = dp.limit(field+".rate_limit", r.value, path, shadow); err != nil {
+		if d.limit, err = dp.limit(field+".rate_limit", r.value, path, shadow, quota); err != nil {
 			return nil, entry, err
 		}
 	}
@@ -278,12 +290,12 @@ func (dp *domainParse) descriptor(field string, n *yaml.Node, parent []EnvoyEntr
 }
 
 // limit parses a rate_limit and makes its rule.
-func (dp *domainParse) limit(field string, n *yaml.Node, path []EnvoyEntry, shadow bool) (*EnvoyLimit, error) {
+func (dp *domainParse) limit(field string, n *yaml.Node, path []EnvoyEntry, shadow, quota bool) (*EnvoyLimit, error) {
 	f, err := dp.fields(n, "", field, "unit, requests_per_unit, unit_multiplier, unlimited, name, replaces, algorithm")
 	if err != nil {
 		return nil, err
 	}
-	l := &EnvoyLimit{Path: pathString(path), Shadow: shadow, UnitMultiplier: 1, Shared: sharedPatterns(path)}
+	l := &EnvoyLimit{Path: pathString(path), Shadow: shadow, Quota: quota, UnitMultiplier: 1, Shared: sharedPatterns(path)}
 	if u, ok := f["unlimited"]; ok {
 		if l.Unlimited, err = strconv.ParseBool(u.value.Value); err != nil || u.value.Kind != yaml.ScalarNode {
 			return nil, dp.p.fail(u.value, "", field+".unlimited", "must be true or false, got %q", u.value.Value)
