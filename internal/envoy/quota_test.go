@@ -43,3 +43,34 @@ envoy:
 	expect(t, "the refused request spent nothing of the quota", r.ask(t, "quotas", 0, secondary), ok,
 		status{ok, 2, 1})
 }
+
+// An admitted request with an exceeded quota carries no retry-after (it
+// passed); one refused because every quota is exceeded does: the longest
+// wait of the exceeded quotas, as for any refusal.
+func TestQuotaModeHeaders(t *testing.T) {
+	r := start(t, `
+envoy:
+  headers: x-ratelimit
+  domains:
+    - domain: quotas
+      descriptors:
+        - key: backend
+          value: primary
+          quota_mode: true
+          rate_limit: { unit: minute, requests_per_unit: 1 }
+        - key: backend
+          value: secondary
+          quota_mode: true
+          rate_limit: { unit: minute, requests_per_unit: 1 }
+`)
+	primary, secondary := desc("backend=primary"), desc("backend=secondary")
+	r.ask(t, "quotas", 0, primary)
+	resp := r.ask(t, "quotas", 0, primary, secondary)
+	if h := headerMap(resp); resp.GetOverallCode() != ok || h["retry-after"] != "" {
+		t.Fatalf("admitted with primary exceeded: overall %v, headers %v; want OK without retry-after", resp.GetOverallCode(), h)
+	}
+	resp = r.ask(t, "quotas", 0, primary, secondary)
+	if h := headerMap(resp); resp.GetOverallCode() != over || h["retry-after"] != "50" {
+		t.Fatalf("every quota exceeded: overall %v, headers %v; want OVER_LIMIT with retry-after 50", resp.GetOverallCode(), h)
+	}
+}
