@@ -56,8 +56,12 @@ func WithEnvoyDir(set *Set, dir string) (*Set, error) {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		if info, err := os.Stat(path); err != nil || !info.Mode().IsRegular() {
-			continue // a directory, or a link to nothing: not a config file
+		info, err := os.Stat(path) // through links, as a mounted volume's are
+		if err != nil {
+			return nil, fmt.Errorf("rules: envoy config directory: %w", err) // a link to nothing: a file meant to be read
+		}
+		if !info.Mode().IsRegular() {
+			continue // a directory named *.yaml: not a config file
 		}
 		files++
 		dom, line, err := envoyFile(path, set, names, digest)

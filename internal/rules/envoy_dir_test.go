@@ -231,6 +231,13 @@ func TestEnvoyDirErrorsNameFileLineAndField(t *testing.T) {
 	if _, err := WithEnvoyDir(base, empty); err == nil || !strings.Contains(err.Error(), "holds no *.yaml file") {
 		t.Errorf("empty directory: err %v, want it refused", err)
 	}
+	broken := upstreamDir(t, map[string]string{"a.yaml": "domain: a\n"})
+	if err := os.Symlink(filepath.Join(broken, "gone.yaml"), filepath.Join(broken, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WithEnvoyDir(base, broken); err == nil || !strings.Contains(err.Error(), "b.yaml") {
+		t.Errorf("a link to nothing: err %v, want it named", err)
+	}
 	if _, err := WithEnvoyDir(base, filepath.Join(empty, "missing")); err == nil {
 		t.Error("missing directory: want an error")
 	}
