@@ -48,11 +48,13 @@ func TestREADMESnippetsAreCompiledExamples(t *testing.T) {
 	}
 }
 
-// lines are s's lines without their indentation, blank ones dropped.
+// lines are s's lines without their indentation and with each run of
+// blanks one space (gofmt aligns comments in the file, not in the README),
+// blank lines dropped.
 func lines(s string) []string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
 			out = append(out, l)
 		}
 	}
