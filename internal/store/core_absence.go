@@ -33,12 +33,11 @@ import (
 // is granted and lent a share as before: the node pays for what its
 // fallback admitted in flight from that grant first (lease.Core.grant),
 // and a bucket withholds both over the round trip, the price of not
-// knowing when the answer arrived. A token bucket's return that reports
-// nothing is not taken for one from a fallback (a node that renews late,
-// not cut off, would have its r/n withheld for nothing); a window's is (its
-// fallback may have admitted in the window while the request was on its
-// way, and what it keeps back lasts only until its next request), but not
-// one whose lease ended in the window it is back in (it does not fall back
+// knowing when the answer arrived. A return that reports nothing is not
+// taken for one from a fallback (a node that renews late, not cut off,
+// would have its share withheld for nothing, and a fixed window's every
+// renewal in a new window is such a return), nor is, for a window, one
+// whose lease ended in the window it is back in (it does not fall back
 // there, rule 5). What the return is granted does not use up what is kept
 // back: the fallback admits until the answer arrives whatever it brings.
 
@@ -140,9 +139,13 @@ func (st *state) markBack(r *rules.Rule, node string, prev holder, had bool, now
 	if r.Algorithm != rules.TokenBucket {
 		end = min(end, (prev.epoch+1)*p) // a window's lease ends with its window
 	}
-	// (A window's return may report nothing yet: its fallback admitted in
-	// the window while the request was on its way.)
-	if end > now || consumed <= 0 && r.Algorithm == rules.TokenBucket {
+	// (A return that reports nothing is not taken for one: a fixed
+	// window's every lease ends with its window, so every renewal in a
+	// new window would keep its holder's l/n back from the others until
+	// its next request, which cost a fleet 200 ms away a third of each
+	// window. A fallback that admitted only after its return left is not
+	// covered: docs/bounds.md, gaps.)
+	if end > now || consumed <= 0 {
 		return
 	}
 	h := st.holders[node]
