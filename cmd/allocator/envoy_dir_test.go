@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -30,19 +29,9 @@ func TestEnvoyConfigDirServesUpstreamFilesAndReloads(t *testing.T) {
 	}
 	write("db.yaml", "---\ndomain: db\ndescriptors:\n  - key: database\n    value: orders\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n")
 	write("edge.yaml", "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "ALLOT_TEST_MAIN=1", "ALLOT_LISTEN=127.0.0.1:0", "ALLOT_METRICS=", "ALLOT_CONFIG=",
-		"ALLOT_ENVOY_LISTEN=127.0.0.1:0", "ALLOT_ENVOY_CONFIG_DIR="+dir, "ALLOT_LOG_FORMAT=json")
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
+	cmd, stderr, exited := startChild(t, "ALLOT_CONFIG=", "ALLOT_ENVOY_LISTEN=127.0.0.1:0", "ALLOT_ENVOY_CONFIG_DIR="+dir)
 
-	addr := waitLog(t, &stderr, `"envoy":"`, `"`)
+	addr := waitLog(t, stderr, `"envoy":"`, `"`)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -62,10 +51,10 @@ func TestEnvoyConfigDirServesUpstreamFilesAndReloads(t *testing.T) {
 	if db, edge := limit("db", "database", "orders"), limit("edge", "remote_address", "10.0.0.1"); db != 5 || edge != 10 {
 		t.Fatalf("limits %d and %d, want 5 and 10", db, edge)
 	}
-	waitLog(t, &stderr, `"envoy_domains":2`, "")
+	waitLog(t, stderr, `"envoy_domains":2`, "")
 	write("db.yaml", "domain: db\ndescriptors:\n  - key: database\n    value: orders\n    rate_limit:\n      unit: minute\n      requests_per_unit: 8\n")
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog(t, &stderr, "rules reloaded", "")
+	waitLog(t, stderr, "rules reloaded", "")
 	if got := limit("db", "database", "orders"); got != 8 {
 		t.Fatalf("limit after SIGHUP %d, want 8", got)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -27,19 +26,9 @@ func TestSIGHUPReloadsTheEnvoySection(t *testing.T) {
 		}
 	}
 	write("1")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "ALLOT_TEST_MAIN=1", "ALLOT_LISTEN=127.0.0.1:0", "ALLOT_METRICS=",
-		"ALLOT_ENVOY_LISTEN=127.0.0.1:0", "ALLOT_CONFIG="+rulesPath, "ALLOT_LOG_FORMAT=json")
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
+	cmd, stderr, exited := startChild(t, "ALLOT_ENVOY_LISTEN=127.0.0.1:0", "ALLOT_CONFIG="+rulesPath)
 
-	addr := waitLog(t, &stderr, `"envoy":"`, `"`)
+	addr := waitLog(t, stderr, `"envoy":"`, `"`)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +50,7 @@ func TestSIGHUPReloadsTheEnvoySection(t *testing.T) {
 	}
 	write("7")
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog(t, &stderr, "rules reloaded", "")
+	waitLog(t, stderr, "rules reloaded", "")
 	if got := limit(); got != 7 {
 		t.Fatalf("limit after SIGHUP %d, want 7", got)
 	}

@@ -56,6 +56,26 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
+// startChild runs the allocator as a child process (this test binary,
+// under ALLOT_TEST_MAIN) on free loopback ports, logging JSON, with env
+// added to the test's (a later value of a variable wins); it is killed
+// when the test ends. exited receives its Wait.
+func startChild(t *testing.T, env ...string) (cmd *exec.Cmd, stderr *syncBuffer, exited chan error) {
+	t.Helper()
+	cmd = exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), "ALLOT_TEST_MAIN=1", "ALLOT_LISTEN=127.0.0.1:0", "ALLOT_METRICS=",
+		"ALLOT_LOG_FORMAT=json"), env...)
+	stderr = &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, stderr, exited
+}
+
 // syncBuffer collects a child's stderr while the test reads it.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -85,19 +105,9 @@ func TestSignals(t *testing.T) {
 		}
 	}
 	write("rules:\n  - name: first\n    algorithm: token_bucket\n    limit: 10\n    period: 1s\n")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "ALLOT_TEST_MAIN=1", "ALLOT_LISTEN=127.0.0.1:0", "ALLOT_METRICS=",
-		"ALLOT_CONFIG="+rulesPath, "ALLOT_LOG_FORMAT=json")
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
+	cmd, stderr, exited := startChild(t, "ALLOT_CONFIG="+rulesPath)
 
-	addr := waitLog(t, &stderr, `"grpc":"`, `"`)
+	addr := waitLog(t, stderr, `"grpc":"`, `"`)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -123,14 +133,14 @@ func TestSignals(t *testing.T) {
 
 	write("rules:\n  - name: broken\n    algorithm: token_bucket\n    limit: 0\n    period: 1s\n")
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog(t, &stderr, "rules reload failed", "")
+	waitLog(t, stderr, "rules reload failed", "")
 	if got := ruleNames(); got != "first" {
 		t.Fatalf("a bad file replaced the rules: %q", got)
 	}
 
 	write("rules:\n  - name: second\n    algorithm: fixed_window\n    limit: 5\n    period: 1m\n")
 	cmd.Process.Signal(syscall.SIGHUP)
-	waitLog(t, &stderr, "rules reloaded", "")
+	waitLog(t, stderr, "rules reloaded", "")
 	if got := ruleNames(); got != "second" {
 		t.Fatalf("rules after SIGHUP %q, want second", got)
 	}
