@@ -35,7 +35,7 @@ sim:
 
 ## chaos: the chaos suite in full (about three minutes): each fault under
 ## load, one line per scenario; its table goes to $(CHAOS_TABLE) and, when
-## every scenario passed, into the README's Chaos section.
+## every scenario passed, into docs/testing.md's Chaos section.
 CHAOS_TABLE ?= internal/chaos/results.md
 chaos:
 	./scripts/with-redis.sh env CHAOS=full CHAOS_TABLE=$(CURDIR)/$(CHAOS_TABLE) \
@@ -43,7 +43,7 @@ chaos:
 	awk 'FNR == NR { table = table $$0 "\n"; next } \
 		/<!-- chaos:end -->/ { printf "%s", table; skip = 0 } \
 		!skip { print } \
-		/<!-- chaos:begin -->/ { skip = 1 }' $(CHAOS_TABLE) README.md > README.md.chaos && mv README.md.chaos README.md
+		/<!-- chaos:begin -->/ { skip = 1 }' $(CHAOS_TABLE) docs/testing.md > docs/testing.md.chaos && mv docs/testing.md.chaos docs/testing.md
 
 ## bench: Go benchmarks of the hot paths, beside their baselines.
 bench:

@@ -69,7 +69,8 @@ var metricName = regexp.MustCompile(`\ballot_[a-z0-9_]+`)
 
 // Every metric the dashboard queries exists on a live allocator and a live
 // client once they have served a little traffic, every panel reads the
-// provisioned data source, and the README lists every metric they export.
+// provisioned data source, and docs/operations.md lists every metric they
+// export.
 func TestDashboardQueriesLiveMetrics(t *testing.T) {
 	var d dashboard
 	readJSON(t, "grafana/dashboards/allot.json", &d)
@@ -106,13 +107,13 @@ func TestDashboardQueriesLiveMetrics(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	readme, err := os.ReadFile("../README.md")
+	list, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name := range exported {
-		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("the README does not list %s", name)
+		if !strings.Contains(string(list), "`"+name+"`") {
+			t.Errorf("docs/operations.md does not list %s", name)
 		}
 	}
 }

@@ -8,25 +8,36 @@ import (
 	"testing"
 )
 
-// exampleFiles hold the README's snippets as the bodies of functions.
+// exampleFiles hold the documentation's snippets as the bodies of functions.
 var exampleFiles = []string{
 	"../../client/readme_example_test.go",
 	"../../client/grpclimit/readme_example_test.go",
 	"../../client/httplimit/readme_example_test.go",
+	"example_test.go",
 }
 
 var goBlock = regexp.MustCompile("(?ms)^([ \t]*)```go\n(.*?)^[ \t]*```")
 
-// Every Go snippet of the README appears, line by line (indentation
-// aside), in one of the example files, so that what a new user copies
-// compiles and passes vet. (The README's first example once read
-// `client.RuleKey{"burst", user}`, unkeyed fields go vet refuses, and
-// `...` where code belongs.)
-func TestREADMESnippetsAreCompiledExamples(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// pages are the README and every page of docs/, as paths from this
+// directory.
+func pages(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(docs) == 0 {
+		t.Fatal("no page found in docs/")
+	}
+	return append([]string{"../../README.md"}, docs...)
+}
+
+// Every Go snippet of the README and of docs/ appears, line by line
+// (indentation aside), in one of the example files, so that what a new
+// user copies compiles and passes vet. (The README's first example once
+// read `client.RuleKey{"burst", user}`, unkeyed fields go vet refuses, and
+// `...` where code belongs.)
+func TestREADMESnippetsAreCompiledExamples(t *testing.T) {
 	var examples []string
 	for _, f := range exampleFiles {
 		b, err := os.ReadFile(f)
@@ -35,15 +46,21 @@ func TestREADMESnippetsAreCompiledExamples(t *testing.T) {
 		}
 		examples = append(examples, lines(string(b))...)
 	}
-	blocks := goBlock.FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) == 0 {
-		t.Fatal("no Go snippet found in the README")
-	}
-	for _, b := range blocks {
-		snippet := lines(b[2])
-		if !contains(examples, snippet) {
-			t.Errorf("a README snippet is in no example file (%s); make it the body of a function there:\n%s",
-				strings.Join(base(exampleFiles), ", "), b[2])
+	for _, page := range pages(t) {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := goBlock.FindAllStringSubmatch(string(text), -1)
+		if len(blocks) == 0 && page == "../../README.md" {
+			t.Fatal("no Go snippet found in the README")
+		}
+		for _, b := range blocks {
+			snippet := lines(b[2])
+			if !contains(examples, snippet) {
+				t.Errorf("a snippet of %s is in no example file (%s); make it the body of a function there:\n%s",
+					filepath.Base(page), strings.Join(base(exampleFiles), ", "), b[2])
+			}
 		}
 	}
 }
