@@ -39,7 +39,7 @@ type scenario struct {
 	// on: the fault must not reach them.
 	onLeases bool
 	// excess is what the fault may add to the bound of every window, and
-	// why; nil: nothing, the bound of DESIGN.md as it is.
+	// why; nil: nothing, the bound of docs/design.md (guarantee 2) as it is.
 	excess func(e *env, m *measure) (float64, string)
 	// check asserts what else the scenario promises, and returns notes
 	// for the table.

@@ -177,7 +177,7 @@ func (m *measure) worst(width int) int64 {
 	return worst
 }
 
-// bounds are the run's figures against guarantee 2 of DESIGN.md.
+// bounds are the run's figures against guarantee 2 of docs/design.md.
 type bounds struct {
 	admitted   int64
 	ideal      float64 // burst + rate·T: what a perfect limiter admits
@@ -194,8 +194,8 @@ type bounds struct {
 }
 
 // bounds measures the run. extra is what the scenario's fault may add to
-// every window's bound (0 for none); the ratios are to DESIGN's bounds
-// without it.
+// every window's bound (0 for none); the ratios are to guarantee 2's
+// bounds without it.
 func (m *measure) bounds(extra float64) bounds {
 	r := m.open
 	burst, rate, ttl := float64(r.Capacity()), r.Rate(), r.Lease.TTL.Seconds()
