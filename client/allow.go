@@ -13,6 +13,7 @@ import (
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/lease"
 	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/upstream"
 )
 
 // Mode says which part of Allot made a decision.
@@ -220,7 +221,7 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 			// No answer in time (or no waiting): refused, as a served key
 			// with nothing left would be.
 			rs.counts.decide(false, ModeLease)
-			return Decision{Limit: r.Limit, RetryAfter: max(c.rtts.slowest(), time.Millisecond), Mode: ModeLease, Rule: r.Name}, spend{}, nil
+			return Decision{Limit: r.Limit, RetryAfter: max(c.rtts.Slowest(), time.Millisecond), Mode: ModeLease, Rule: r.Name}, spend{}, nil
 		}
 		mode := ModeLease
 		if v.Fallback {
@@ -264,7 +265,7 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 	case status.Code(err) == codes.InvalidArgument:
 		return Decision{}, fmt.Errorf("allot: %w", err)
 	}
-	if err := callerErr(ctx); err != nil {
+	if err := upstream.CallerErr(ctx); err != nil {
 		return Decision{}, err
 	}
 	c.logMode("allot: strict rule decided without the allocator", "rule", r.Name, "failure", r.Failure.String(), "err", err)

@@ -87,7 +87,7 @@ func (c *Client) reportStrict(ctx context.Context) {
 	for len(reqs) > 0 {
 		n := min(len(reqs), 1000)
 		cctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
-		_, err := grpcTransport{c}.Acquire(cctx, reqs[:n])
+		_, err := c.leases.Acquire(cctx, reqs[:n])
 		cancel()
 		if err != nil && !errors.Is(err, lease.ErrRejected) {
 			c.debts.restore(reqs, now)

@@ -1,4 +1,10 @@
-package client
+// Package upstream is a node's side of the wire to its allocators: a
+// connection to each, calls balanced over the healthy ones and failed over
+// within their deadline, sick allocators ejected and probed back, each
+// allocator's round trip, and the lease manager's transport on top. The
+// client package holds what a service calls and configures; this holds how
+// its calls reach an allocator.
+package upstream
 
 import (
 	"context"
@@ -13,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
@@ -22,7 +29,7 @@ import (
 	"github.com/allot-dev/allot/internal/lograte"
 )
 
-// allocators are a node's connections to its allocators, one per address,
+// Conns are a node's connections to its allocators, one per address,
 // and what the node knows of their health. A call goes to a healthy
 // allocator, round-robin. One that fails it as an outage would (no
 // connection, no answer in time) is ejected, and the call goes on to the
@@ -40,7 +47,7 @@ import (
 // per-attempt deadline, nor outlier detection, which ejects on statistics
 // gathered over intervals of seconds, moves a hung call to another
 // allocator before the call's deadline.
-type allocators struct {
+type Conns struct {
 	dial    []grpc.DialOption
 	clk     clock.Clock
 	log     *lograte.Logger
@@ -70,23 +77,35 @@ type allocator struct {
 
 	sick atomic.Bool // ejected: read without the lock by every call
 
-	// under allocators.mu
+	// under Conns.mu
 	probing bool          // a probe loop runs for it
 	wait    time.Duration // before its next probe
 	back    time.Time     // when it last returned to the round
 }
 
-func newAllocators(dial []grpc.DialOption, clk clock.Clock, log *slog.Logger, timeout func() time.Duration, patience time.Duration) *allocators {
-	p := &allocators{dial: dial, clk: clk, log: lograte.New(log, clk, 0, 0), timeout: timeout, patience: patience,
+// New returns the connections, with no allocator yet (Set adds them).
+// dial holds the credentials and the caller's own options; timeout is a
+// lease call's deadline, which a health probe gets too; patience is the
+// least time an attempt must have had for its timeout to eject an
+// allocator.
+func New(dial []grpc.DialOption, clk clock.Clock, log *slog.Logger, timeout func() time.Duration, patience time.Duration) *Conns {
+	// Reconnect quickly once an allocator is back: the default backoff
+	// grows to two minutes, far longer than a lease, and nodes must
+	// return to leases within a few refresh intervals.
+	dial = append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+		MinConnectTimeout: time.Second,
+	})}, dial...)
+	p := &Conns{dial: dial, clk: clk, log: lograte.New(log, clk, 0, 0), timeout: timeout, patience: patience,
 		changed: make(chan struct{})}
 	p.list.Store(&[]*allocator{})
 	return p
 }
 
-// set makes addrs the allocators, in that order: new ones are dialed (and
+// Set makes addrs the allocators, in that order: new ones are dialed (and
 // start healthy), those that left are closed; calls in flight on them fail
 // over to the others.
-func (p *allocators) set(addrs []string) error {
+func (p *Conns) Set(addrs []string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -111,7 +130,7 @@ func (p *allocators) set(addrs []string) error {
 		}
 		// passthrough: the address is dialed as given, and with TLS its
 		// host is the name the certificate must carry, unless
-		// Config.TLS.ServerName says otherwise.
+		// client.Config.TLS.ServerName says otherwise.
 		conn, err := grpc.NewClient("passthrough:///"+addr, p.dial...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("allocator %s: %w", addr, err))
@@ -137,8 +156,8 @@ func (p *allocators) set(addrs []string) error {
 	return errors.Join(errs...)
 }
 
-// setMetrics exports each allocator's state from now on.
-func (p *allocators) setMetrics(ejected *prometheus.GaugeVec, ejections *prometheus.CounterVec) {
+// SetMetrics exports each allocator's state from now on.
+func (p *Conns) SetMetrics(ejected *prometheus.GaugeVec, ejections *prometheus.CounterVec) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ejected, p.ejections = ejected, ejections
@@ -147,7 +166,7 @@ func (p *allocators) setMetrics(ejected *prometheus.GaugeVec, ejections *prometh
 	}
 }
 
-func (p *allocators) publishLocked(a *allocator) {
+func (p *Conns) publishLocked(a *allocator) {
 	if p.ejected == nil {
 		return
 	}
@@ -159,12 +178,13 @@ func (p *allocators) publishLocked(a *allocator) {
 	p.ejections.WithLabelValues(a.addr) // present from the start, at 0
 }
 
-// answer, given to a call as a call option, learns which allocator
-// answered and how long that attempt took, without the failed ones.
-type answer struct {
+// Answer, given to a call as a call option, learns which allocator
+// answered (Addr) and how long that attempt took (Took), without the
+// failed ones.
+type Answer struct {
 	grpc.EmptyCallOption
-	addr string
-	took time.Duration
+	Addr string
+	Took time.Duration
 }
 
 // Invoke sends a call to the allocators in turn until one answers it, the
@@ -177,7 +197,7 @@ type answer struct {
 // call that waits for ready, made while the node thinks every allocator
 // down, shares its time among all of them, so that whichever comes back
 // first answers it.
-func (p *allocators) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+func (p *Conns) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	order, healthy, err := p.order(ctx, opts)
 	if err != nil {
 		return err
@@ -191,8 +211,8 @@ func (p *allocators) Invoke(ctx context.Context, method string, args, reply any,
 		if err == nil {
 			p.restore(a, "it answered a call")
 			for _, o := range opts {
-				if ans, ok := o.(*answer); ok {
-					ans.addr, ans.took = a.addr, took
+				if ans, ok := o.(*Answer); ok {
+					ans.Addr, ans.Took = a.addr, took
 				}
 			}
 			return nil
@@ -200,7 +220,7 @@ func (p *allocators) Invoke(ctx context.Context, method string, args, reply any,
 		if !again || i+1 == len(order) {
 			// A refusal is the answer, as the allocator worded it: the
 			// lease manager reads which request it names.
-			if len(failed) == 0 || !isUnreachable(err) {
+			if len(failed) == 0 || !IsUnreachable(err) {
 				return err
 			}
 			s := status.Convert(err)
@@ -213,7 +233,7 @@ func (p *allocators) Invoke(ctx context.Context, method string, args, reply any,
 
 // try makes one attempt on a, ejects a if its failure says it is sick,
 // and says whether the call may go on to another allocator.
-func (p *allocators) try(ctx context.Context, a *allocator, share, waits bool, method string, args, reply any,
+func (p *Conns) try(ctx context.Context, a *allocator, share, waits bool, method string, args, reply any,
 	opts []grpc.CallOption) (took time.Duration, again bool, err error) {
 	actx, cancel := p.attempt(ctx, share)
 	defer cancel()
@@ -238,7 +258,7 @@ func (p *allocators) try(ctx context.Context, a *allocator, share, waits bool, m
 
 // NewStream opens a stream on a healthy allocator, without failover: the
 // allocators' service has no streams.
-func (p *allocators) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+func (p *Conns) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	order, _, err := p.order(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -249,7 +269,7 @@ func (p *allocators) NewStream(ctx context.Context, desc *grpc.StreamDesc, metho
 // order lists the allocators for one call: the healthy ones round-robin,
 // then the ejected ones, as a last resort. With none known, a call that
 // waits for ready waits for one to be added.
-func (p *allocators) order(ctx context.Context, opts []grpc.CallOption) (order []*allocator, healthy int, err error) {
+func (p *Conns) order(ctx context.Context, opts []grpc.CallOption) (order []*allocator, healthy int, err error) {
 	list := *p.list.Load()
 	for len(list) == 0 {
 		p.mu.Lock()
@@ -286,7 +306,7 @@ func (p *allocators) order(ctx context.Context, opts []grpc.CallOption) (order [
 // attempt bounds one attempt: half of what is left of ctx's deadline when
 // it shares it, all of it otherwise. A call without a deadline gives a
 // shared attempt a lease call's.
-func (p *allocators) attempt(ctx context.Context, share bool) (context.Context, context.CancelFunc) {
+func (p *Conns) attempt(ctx context.Context, share bool) (context.Context, context.CancelFunc) {
 	if !share {
 		return ctx, func() {}
 	}
@@ -296,12 +316,12 @@ func (p *allocators) attempt(ctx context.Context, share bool) (context.Context, 
 	return context.WithTimeout(ctx, p.timeout())
 }
 
-// callerErr is the caller's own end of a call: ctx's error, or
+// CallerErr is the caller's own end of a call: ctx's error, or
 // DeadlineExceeded once ctx's deadline has passed even if its timer has not
 // fired yet. gRPC refuses a call whose deadline has passed as soon as it
 // sees it, which on a busy machine is before the context says it is done:
 // that failure is the caller's, not the allocator's.
-func callerErr(ctx context.Context) error {
+func CallerErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -321,11 +341,11 @@ func verdict(ctx context.Context, err error) (eject, next bool) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Unknown:
 		// No connection, no answer within the attempt's time (which may
 		// have been all of the caller's), or a broken one.
-		return true, callerErr(ctx) == nil
+		return true, CallerErr(ctx) == nil
 	case codes.Canceled, codes.ResourceExhausted, codes.Aborted:
 		// Its connection closed as it left the list, or it sheds load:
 		// it is alive.
-		return false, callerErr(ctx) == nil
+		return false, CallerErr(ctx) == nil
 	}
 	return false, false // a rejection: any allocator would say the same
 }
@@ -364,8 +384,8 @@ func waitsForReady(opts []grpc.CallOption) bool {
 	return wait
 }
 
-// close ends the probes and closes every connection.
-func (p *allocators) close() error {
+// Close ends the probes and closes every connection.
+func (p *Conns) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	list := *p.list.Load()

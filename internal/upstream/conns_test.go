@@ -1,4 +1,4 @@
-package client
+package upstream
 
 import (
 	"context"
@@ -112,18 +112,18 @@ func (s *stub) sent() (acquires []*allotv1.AcquireRequest, releases []*allotv1.R
 
 // newTestAllocators dials addrs in that order; the first call starts at
 // the second of them (the round-robin counter starts at 1).
-func newTestAllocators(t *testing.T, clk clock.Clock, patience time.Duration, addrs ...string) *allocators {
+func newTestAllocators(t *testing.T, clk clock.Clock, patience time.Duration, addrs ...string) *Conns {
 	t.Helper()
-	p := newAllocators([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, clk,
+	p := New([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, clk,
 		slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Duration { return time.Second }, patience)
-	t.Cleanup(func() { p.close() })
-	if err := p.set(addrs); err != nil {
+	t.Cleanup(func() { p.Close() })
+	if err := p.Set(addrs); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func (p *allocators) byAddr(addr string) *allocator {
+func (p *Conns) byAddr(addr string) *allocator {
 	for _, a := range *p.list.Load() {
 		if a.addr == addr {
 			return a
@@ -142,7 +142,7 @@ func TestHungAttemptLeavesHalfTheDeadlineToTheNext(t *testing.T) {
 	api := allotv1.NewAllocatorClient(p)
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
-	var from answer
+	var from Answer
 	start := time.Now()
 	_, err := api.Acquire(ctx, &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{
 		{Rule: "r", Key: "k", Want: 10, Consumed: 3, Returned: 5, ReturnedEpoch: 2}}}, &from)
@@ -150,12 +150,12 @@ func TestHungAttemptLeavesHalfTheDeadlineToTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire with one allocator of two hung: %v", err)
 	}
-	t.Logf("answered by the second allocator after %v; its attempt took %v", took, from.took)
+	t.Logf("answered by the second allocator after %v; its attempt took %v", took, from.Took)
 	if took < 190*time.Millisecond || took >= 400*time.Millisecond {
 		t.Errorf("took %v, want the hung attempt's half of 400ms, then the answer", took)
 	}
-	if from.addr != good.addr || from.took >= 190*time.Millisecond {
-		t.Errorf("answer from %s in %v, want %s and the answering attempt's time only", from.addr, from.took, good.addr)
+	if from.Addr != good.addr || from.Took >= 190*time.Millisecond {
+		t.Errorf("answer from %s in %v, want %s and the answering attempt's time only", from.Addr, from.Took, good.addr)
 	}
 	if a := p.byAddr(hung.addr); !a.sick.Load() {
 		t.Error("the hung allocator is not ejected")
@@ -270,14 +270,14 @@ func TestProbesBackOffUntilServing(t *testing.T) {
 	sick.health.SetServingStatus(healthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
 	p := newTestAllocators(t, clk, 10*time.Millisecond, sick.addr, other.addr)
-	m, err := newMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.setMetrics(m.ejected, m.ejections)
+	reg := prometheus.NewRegistry()
+	ejected := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "allot_client_allocator_ejected"}, []string{"allocator"})
+	ejections := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "allot_client_allocator_ejections_total"}, []string{"allocator"})
+	reg.MustRegister(ejected, ejections)
+	p.SetMetrics(ejected, ejections)
 	value := func(metric string) float64 {
 		t.Helper()
-		mfs, err := m.reg.(prometheus.Gatherer).Gather()
+		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package client
+package upstream
 
 import (
 	"sync"
@@ -7,13 +7,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// roundTrips keeps each allocator's Acquire round trip, an average of the
+// RoundTrips keeps each allocator's Acquire round trip, an average of the
 // calls it answered, and exports it. Lease renewals plan for the slowest
-// allocator heard from lately: calls are balanced over all of them.
-type roundTrips struct {
-	mu    sync.Mutex
-	by    map[string]*roundTrip
-	gauge *prometheus.GaugeVec // nil: not exported
+// allocator heard from lately: calls are balanced over all of them. The
+// zero value is ready to use.
+type RoundTrips struct {
+	// Gauge, when set (before the first Observe), exports each average.
+	Gauge *prometheus.GaugeVec
+
+	mu sync.Mutex
+	by map[string]*roundTrip
 }
 
 type roundTrip struct {
@@ -28,7 +31,8 @@ const (
 	roundTripForget = time.Minute
 )
 
-func (r *roundTrips) observe(addr string, d time.Duration) {
+// Observe adds one answered call's round trip to addr's average.
+func (r *RoundTrips) Observe(addr string, d time.Duration) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -42,13 +46,13 @@ func (r *roundTrips) observe(addr string, d time.Duration) {
 	}
 	rt.avg += time.Duration(roundTripWeight * float64(d-rt.avg))
 	rt.seen = now
-	if r.gauge != nil {
-		r.gauge.WithLabelValues(addr).Set(rt.avg.Seconds())
+	if r.Gauge != nil {
+		r.Gauge.WithLabelValues(addr).Set(rt.avg.Seconds())
 	}
 }
 
-// slowest is the largest average among the allocators heard from lately.
-func (r *roundTrips) slowest() time.Duration {
+// Slowest is the largest average among the allocators heard from lately.
+func (r *RoundTrips) Slowest() time.Duration {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -56,8 +60,8 @@ func (r *roundTrips) slowest() time.Duration {
 	for addr, rt := range r.by {
 		if now.Sub(rt.seen) > roundTripForget {
 			delete(r.by, addr)
-			if r.gauge != nil {
-				r.gauge.DeleteLabelValues(addr)
+			if r.Gauge != nil {
+				r.Gauge.DeleteLabelValues(addr)
 			}
 			continue
 		}

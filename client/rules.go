@@ -1,0 +1,129 @@
+package client
+
+// The rules a node applies: fetched from the allocator, refetched when
+// they change, and published as one immutable table that decisions read.
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/fallback"
+	"github.com/allot-dev/allot/internal/lease"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// ruleTable is the immutable set of rules a decision reads.
+type ruleTable struct {
+	version string
+	byName  map[string]*ruleState
+}
+
+// ruleState is one rule as this node applies it.
+type ruleState struct {
+	rule   *rules.Rule
+	table  *lease.Table // nil for strict rules
+	shares *fallback.Shares
+	waits  *waitQueues
+	counts *ruleCounters
+}
+
+// Rule returns the named rule as this node applies it (from the allocator,
+// or from Config.Rules until the allocator's arrive).
+func (c *Client) Rule(name string) (Rule, bool) {
+	rs := c.rules.Load().byName[name]
+	if rs == nil {
+		return Rule{}, false
+	}
+	r := rs.rule
+	out := Rule{Name: r.Name, Algorithm: r.Algorithm.String(), Limit: r.Limit, Period: r.Period, Burst: r.Burst,
+		Failure: r.Failure.String(), Strict: r.Strict, LeaseMin: r.Lease.Min, LeaseMax: r.Lease.Max,
+		LeaseTTL: r.Lease.TTL, LeaseRefresh: r.Lease.Refresh, Shadow: r.Shadow}
+	for _, o := range r.Overrides {
+		out.Overrides = append(out.Overrides, Override{Key: o.Key, Match: o.Match, Limit: o.Limit, Burst: o.Burst})
+	}
+	return out, true
+}
+
+func (c *Client) fetchRules(ctx context.Context, opts ...grpc.CallOption) error {
+	resp, err := c.api.GetRules(ctx, &allotv1.GetRulesRequest{}, opts...)
+	if err != nil {
+		return err
+	}
+	if cur := c.rules.Load(); cur.version == resp.GetVersion() && resp.GetVersion() != "" {
+		return nil
+	}
+	set, err := rules.FromProto(resp)
+	if err != nil {
+		return err
+	}
+	c.applyRules(set)
+	return nil
+}
+
+// rulesLoop refetches the rules when the allocator reports a new version,
+// on request, and every half minute; never twice within refetchGap, so that
+// allocators that disagree about the rules (one failed its reload) cannot
+// make the node apply one set, then the other, then the first again.
+func (c *Client) rulesLoop() {
+	defer c.done.Done()
+	t := c.cfg.Clock.NewTimer(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.refresh:
+		case <-t.C():
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RPCTimeout)
+		if err := c.fetchRules(ctx); err != nil {
+			c.cfg.Logger.Debug("allot: fetching rules", "err", err)
+		}
+		cancel()
+		t.Stop()
+		t.Reset(refetchGap)
+		select {
+		case <-c.stop:
+			return
+		case <-t.C():
+		}
+		t.Reset(30*time.Second - refetchGap)
+	}
+}
+
+// refetchGap is the least time between two fetches of the rules.
+const refetchGap = 2 * time.Second
+
+func (c *Client) requestRules() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// applyRules builds a new rule table; the keys of rules that stay keep
+// their leases, the keys of rules that went are returned.
+func (c *Client) applyRules(set *rules.Set) {
+	old := c.rules.Load()
+	next := &ruleTable{version: set.Version(), byName: make(map[string]*ruleState, set.Len())}
+	for _, r := range set.Rules() {
+		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name, r.Shadow), shares: &fallback.Shares{}, waits: &waitQueues{}}
+		if prev, ok := old.byName[r.Name]; ok { // keep what callers are in the middle of
+			rs.shares, rs.waits = prev.shares, prev.waits
+		}
+		if r.Leasable() {
+			rs.table = c.mgr.Table(r)
+		}
+		next.byName[r.Name] = rs
+	}
+	for name, prev := range old.byName {
+		if now, ok := next.byName[name]; !ok || (prev.table != nil && now.table == nil) {
+			c.mgr.Forget(name)
+		}
+	}
+	c.rules.Store(next)
+	c.cfg.Logger.Info("allot: rules applied", "rules", set.Len(), "version", set.Version())
+}
