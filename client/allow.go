@@ -199,14 +199,14 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 		// (Armed before the decision: an answer that comes between the two
 		// closes this channel, not the next one.)
 		answered := c.mgr.Answered()
-		v := k.Decide(n, c.cfg.Clock.Mono(), c.cfg.Clock.Now(), c.nodesFor(k.Holders()), again)
+		v := k.Decide(n, c.cfg.clock.Mono(), c.cfg.clock.Now(), c.nodesFor(k.Holders()), again)
 		if v.Gone {
 			continue // it left its table under us; the table makes a fresh one
 		}
 		r := k.Rule()
 		if v.Wait {
 			if deadline == nil && c.cfg.Lease.FirstLeaseWait > 0 {
-				deadline = c.cfg.Clock.NewTimer(max(c.cfg.Lease.FirstLeaseWait, c.leaseTimeout()))
+				deadline = c.cfg.clock.NewTimer(max(c.cfg.Lease.FirstLeaseWait, c.leaseTimeout()))
 			}
 			again = true
 			if deadline != nil && !c.closed.Load() {
@@ -273,11 +273,11 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n 
 		rs.counts.decide(false, ModeFallback)
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, nil
 	}
-	now := c.cfg.Clock.Mono()
+	now := c.cfg.clock.Mono()
 	a := rs.shares.Get(r, shareKey, now)
-	bd, _ := a.Decide(r, c.fleetSize(), c.mgr.Windows(time.Duration(c.cfg.Clock.Now().UnixNano())-now), now, n)
+	bd, _ := a.Decide(r, c.fleetSize(), c.mgr.Windows(time.Duration(c.cfg.clock.Now().UnixNano())-now), now, n)
 	if bd.Allowed && rs.table == nil { // reported once the allocator is back
-		c.debts.add(r.Name, key, n, c.cfg.Clock.Now())
+		c.debts.add(r.Name, key, n, c.cfg.clock.Now())
 	}
 	rs.counts.decide(bd.Allowed, ModeFallback)
 	return Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,

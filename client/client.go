@@ -60,7 +60,7 @@ func New(cfg Config) (*Client, error) {
 		}
 	}
 	c := &Client{cfg: cfg, refresh: make(chan struct{}, 1), stop: make(chan struct{})}
-	c.logLimit, _ = bucket.NewTokenBucketPer(3, 6, time.Minute, cfg.Clock.Now())
+	c.logLimit, _ = bucket.NewTokenBucketPer(3, 6, time.Minute, cfg.clock.Now())
 	if err := c.dial(); err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func New(cfg Config) (*Client, error) {
 	c.allocs.SetMetrics(c.metrics.ejected, c.metrics.ejections)
 	c.leases = c.leaseTransport()
 	c.mgr = lease.NewManager(lease.Config{
-		Transport: c.leases, Clock: cfg.Clock, Logger: cfg.Logger, Nodes: c.fleetSize,
+		Transport: c.leases, Clock: cfg.clock, Logger: cfg.Logger, Nodes: c.fleetSize,
 		RPCTimeout: cfg.RPCTimeout, Sweep: cfg.Lease.Sweep, BatchWindow: cfg.Lease.BatchWindow,
 		TokensOnly: cfg.Lease.TokensOnly, RoundTrip: c.rtts.Slowest, Hooks: c.leaseHooks(), MaxKeys: cfg.Lease.MaxKeys,
 	})
@@ -138,7 +138,7 @@ func (c *Client) dial() error {
 	// default): a healthy allocator answers well within it, and a caller
 	// whose own deadline leaves less makes a timeout no sign of sickness.
 	patience := min(c.cfg.CheckTimeout, c.cfg.RPCTimeout) / 4
-	c.allocs = upstream.New(append(opts, c.cfg.DialOptions...), c.cfg.Clock, c.cfg.Logger, c.leaseTimeout, patience)
+	c.allocs = upstream.New(append(opts, c.cfg.DialOptions...), c.cfg.clock, c.cfg.Logger, c.leaseTimeout, patience)
 	c.api = allotv1.NewAllocatorClient(c.allocs)
 	if err := c.allocs.Set(c.cfg.Allocators); err != nil {
 		c.allocs.Close()
@@ -201,7 +201,7 @@ func (c *Client) Close() error {
 
 // logMode logs a change of mode, at most a few times a minute.
 func (c *Client) logMode(msg string, args ...any) {
-	if c.logLimit.Allow(c.cfg.Clock.Now()) {
+	if c.logLimit.Allow(c.cfg.clock.Now()) {
 		c.cfg.Logger.Warn(msg, args...)
 	}
 }

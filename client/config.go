@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/allot-dev/allot/internal/clienthook"
 	"github.com/allot-dev/allot/internal/clock"
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -96,10 +97,9 @@ type Config struct {
 	// Lease tunes lease bookkeeping. The zero value is the default.
 	Lease LeaseConfig
 
-	// Clock is the node's clock. It is for this module's tests, which step
-	// it (internal/clock is not importable from outside the module).
-	// default: the machine's clock
-	Clock clock.Clock
+	// clock is the node's clock: the machine's unless this module's tests
+	// set one through internal/clienthook, to step it.
+	clock clock.Clock
 }
 
 // LeaseConfig tunes how leases are kept. The defaults suit most fleets.
@@ -240,8 +240,8 @@ func (c *Config) fill() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Clock == nil {
-		c.Clock = clock.Real()
+	if c.clock == nil {
+		c.clock = clock.Real()
 	}
 	if c.NodeID == "" {
 		c.NodeID = defaultNodeID()
@@ -253,6 +253,10 @@ func (c *Config) fill() error {
 		return fmt.Errorf("client: Config.NodeID %q is not UTF-8", c.NodeID)
 	}
 	return c.checkSecurity()
+}
+
+func init() {
+	clienthook.Register(func(cfg any, clk clock.Clock) { cfg.(*Config).clock = clk })
 }
 
 // The allocator's input limits, checked here so that one bad key cannot

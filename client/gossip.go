@@ -50,7 +50,7 @@ func (c *Client) discover() {
 // discoverLoop follows allocators joining and leaving the gossip pool.
 func (c *Client) discoverLoop() {
 	defer c.done.Done()
-	t := c.cfg.Clock.NewTimer(discoverEvery)
+	t := c.cfg.clock.NewTimer(discoverEvery)
 	defer t.Stop()
 	for {
 		select {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/internal/clienthook"
 	"github.com/allot-dev/allot/internal/clock"
 )
 
@@ -68,7 +69,9 @@ rules:
     lease: { min: 10, max: 10, ttl: 1s }
 `)
 	clk := clock.NewFake(time.Now())
-	c := newClient(t, client.Config{Allocators: []string{a.Addr()}, Clock: clk})
+	cfg := client.Config{Allocators: []string{a.Addr()}}
+	clienthook.SetClock(&cfg, clk)
+	c := newClient(t, cfg)
 	ctx := context.Background()
 	var res *client.Reservation
 	waitUntil(t, 5*time.Second, func() bool {

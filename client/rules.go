@@ -69,7 +69,7 @@ func (c *Client) fetchRules(ctx context.Context, opts ...grpc.CallOption) error 
 // make the node apply one set, then the other, then the first again.
 func (c *Client) rulesLoop() {
 	defer c.done.Done()
-	t := c.cfg.Clock.NewTimer(30 * time.Second)
+	t := c.cfg.clock.NewTimer(30 * time.Second)
 	defer t.Stop()
 	for {
 		select {

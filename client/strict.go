@@ -82,7 +82,7 @@ func (c *Client) reportStrict(ctx context.Context) {
 		return
 	}
 	defer c.debts.flushing.Store(false)
-	now := c.cfg.Clock.Now()
+	now := c.cfg.clock.Now()
 	reqs := c.debts.take(now)
 	for len(reqs) > 0 {
 		n := min(len(reqs), 1000)

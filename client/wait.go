@@ -37,7 +37,7 @@ func (c *Client) WaitN(ctx context.Context, rule, key string, n int64) error {
 		if err != nil || d.Allowed {
 			return err
 		}
-		t := c.cfg.Clock.NewTimer(min(max(d.RetryAfter, time.Millisecond), time.Second))
+		t := c.cfg.clock.NewTimer(min(max(d.RetryAfter, time.Millisecond), time.Second))
 		select {
 		case <-t.C():
 		case <-ctx.Done():

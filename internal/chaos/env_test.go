@@ -17,6 +17,7 @@ import (
 
 	"github.com/allot-dev/allot/client"
 	"github.com/allot-dev/allot/internal/allocator"
+	"github.com/allot-dev/allot/internal/clienthook"
 	"github.com/allot-dev/allot/internal/netdelay"
 	"github.com/allot-dev/allot/internal/redistest"
 	"github.com/allot-dev/allot/internal/rules"
@@ -190,8 +191,10 @@ func (e *env) newNode(i, gen int, allocators []string, reg *prometheus.Registry)
 	if gen > 0 {
 		id = fmt.Sprintf("node-%d.%d", i, gen)
 	}
-	return client.New(client.Config{Allocators: allocators, NodeID: id, Nodes: nodes, Registerer: reg,
-		Logger: logger(), Clock: e.clocks[i], DialOptions: dial, StartTimeout: 5 * time.Second})
+	cfg := client.Config{Allocators: allocators, NodeID: id, Nodes: nodes, Registerer: reg,
+		Logger: logger(), DialOptions: dial, StartTimeout: 5 * time.Second}
+	clienthook.SetClock(&cfg, e.clocks[i])
+	return client.New(cfg)
 }
 
 // allocatorAddrs is where a node of this env dials.
