@@ -35,7 +35,6 @@ package grpclimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -47,6 +46,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/client/internal/middleware"
 )
 
 // Policy is one Allot rule applied to every call. A refusal's
@@ -108,6 +108,7 @@ type Interceptor struct {
 	c        *client.Client
 	opts     Options
 	policies []Policy
+	rules    []string       // the policies' rules
 	names    string         // the rules, comma-separated, for messages
 	errLogs  rate.Sometimes // an unknown rule fails every call: log a few
 }
@@ -119,7 +120,11 @@ func New(c *client.Client, opts Options) (*Interceptor, error) {
 	if c == nil {
 		return nil, errors.New("grpclimit: New: the client is nil")
 	}
-	if err := checkPolicies(c, opts.Policies); err != nil {
+	rules := make([]string, len(opts.Policies))
+	for i, p := range opts.Policies {
+		rules[i] = p.Rule
+	}
+	if err := middleware.CheckRules("grpclimit", c, rules); err != nil {
 		return nil, err
 	}
 	if opts.Cost == nil {
@@ -131,45 +136,8 @@ func New(c *client.Client, opts Options) (*Interceptor, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	names := make([]string, len(opts.Policies))
-	for i, p := range opts.Policies {
-		names[i] = p.Rule
-	}
-	return &Interceptor{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...),
-		names: strings.Join(names, ","), errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}, nil
-}
-
-func checkPolicies(c *client.Client, ps []Policy) error {
-	if len(ps) == 0 {
-		return errors.New("grpclimit: Options.Policies is empty")
-	}
-	seen := make(map[string]bool, len(ps))
-	for i, p := range ps {
-		switch {
-		case p.Rule == "":
-			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule is empty", i)
-		case seen[p.Rule]:
-			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q appears twice", i, p.Rule)
-		}
-		seen[p.Rule] = true
-	}
-	strict := -1
-	for i, p := range ps {
-		r, ok := c.Rule(p.Rule)
-		if !ok {
-			return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q: %w: not in the client's rules", i, p.Rule, client.ErrUnknownRule)
-		}
-		if r.Strict && len(ps) > 1 {
-			// Checked together, a second strict rule is an error on every
-			// request, which the default OnError serves: never limited.
-			if strict >= 0 {
-				return fmt.Errorf("grpclimit: Options.Policies[%d].Rule: %q is strict, as is Policies[%d]'s %q: %w",
-					i, p.Rule, strict, ps[strict].Rule, client.ErrTwoStrict)
-			}
-			strict = i
-		}
-	}
-	return nil
+	return &Interceptor{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...), rules: rules,
+		names: strings.Join(rules, ","), errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}, nil
 }
 
 // Unary is a grpc.UnaryServerInterceptor.
@@ -248,7 +216,7 @@ func (i *Interceptor) keys(ctx context.Context, method string, keys []string) []
 	for _, p := range i.policies {
 		if p.Key != nil {
 			if k, ok := p.Key(ctx, method); ok && k != "" {
-				keys = append(keys, bounded("", k))
+				keys = append(keys, middleware.BoundedKey("", k))
 				continue
 			}
 		}
@@ -263,11 +231,9 @@ func (i *Interceptor) keys(ctx context.Context, method string, keys []string) []
 // unknownRules are the policies' rules the client does not know now,
 // quoted and comma-separated.
 func (i *Interceptor) unknownRules() string {
-	var names []string
-	for _, p := range i.policies {
-		if _, ok := i.c.Rule(p.Rule); !ok {
-			names = append(names, strconv.Quote(p.Rule))
-		}
+	names := middleware.Unknown(i.c, i.rules)
+	for j, n := range names {
+		names[j] = strconv.Quote(n)
 	}
 	return strings.Join(names, ", ")
 }

@@ -7,14 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-)
 
-// maxKey is the SDK's limit on a key's length (client.ErrInvalidKey).
-const maxKey = 512
+	"github.com/allot-dev/allot/client/internal/middleware"
+)
 
 // key is the Allot key of a call: its API key, else its caller's
 // identity, else its peer's address. Each kind has its own prefix, so that
@@ -24,13 +22,13 @@ func (i *Interceptor) key(ctx context.Context) string {
 		md, _ := metadata.FromIncomingContext(ctx)
 		for _, v := range md.Get(i.opts.KeyMetadata) {
 			if v != "" {
-				return bounded("key:", v)
+				return middleware.BoundedKey("key:", v)
 			}
 		}
 	}
 	if i.opts.Identity != nil {
 		if id, ok := i.opts.Identity(ctx); ok && id != "" {
-			return bounded("id:", id)
+			return middleware.BoundedKey("id:", id)
 		}
 	}
 	return peerKey(ctx)
@@ -55,19 +53,7 @@ func peerKey(ctx context.Context) string {
 	if s == "" {
 		s = p.Addr.Network()
 	}
-	return bounded("peer:", s)
-}
-
-// bounded joins prefix and v, hashing v when the key would not be one the
-// SDK accepts (client.ErrInvalidKey): longer than 512 bytes, or not UTF-8
-// (a header or metadata value may hold any bytes). Such a key must still be
-// limited, like any other, not fail.
-func bounded(prefix, v string) string {
-	if len(prefix)+len(v) <= maxKey && utf8.ValidString(v) {
-		return prefix + v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return prefix + "sha256:" + hex.EncodeToString(sum[:])
+	return middleware.BoundedKey("peer:", s)
 }
 
 // redact names a key without showing it: its kind and the first 16 hex

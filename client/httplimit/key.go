@@ -1,17 +1,13 @@
 package httplimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
-	"unicode/utf8"
-)
 
-// maxKey is the SDK's limit on a key's length (client.ErrInvalidKey).
-const maxKey = 512
+	"github.com/allot-dev/allot/client/internal/middleware"
+)
 
 // key is the Allot key of r: its API key, else its caller's identity,
 // else its client IP. Each kind has its own prefix, so that an API key
@@ -19,27 +15,15 @@ const maxKey = 512
 func (m *Middleware) key(r *http.Request) string {
 	if m.keyHdr != "" {
 		if v := r.Header.Get(m.keyHdr); v != "" {
-			return bounded("key:", v)
+			return middleware.BoundedKey("key:", v)
 		}
 	}
 	if m.opts.Identity != nil {
 		if id, ok := m.opts.Identity(r); ok && id != "" {
-			return bounded("id:", id)
+			return middleware.BoundedKey("id:", id)
 		}
 	}
-	return bounded("ip:", m.clientIP(r))
-}
-
-// bounded joins prefix and v, hashing v when the key would not be one the
-// SDK accepts (client.ErrInvalidKey): longer than 512 bytes, or not UTF-8
-// (a header or metadata value may hold any bytes). Such a key must still be
-// limited, like any other, not fail.
-func bounded(prefix, v string) string {
-	if len(prefix)+len(v) <= maxKey && utf8.ValidString(v) {
-		return prefix + v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return prefix + "sha256:" + hex.EncodeToString(sum[:])
+	return middleware.BoundedKey("ip:", m.clientIP(r))
 }
 
 func (m *Middleware) clientIP(r *http.Request) string {

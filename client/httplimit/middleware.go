@@ -33,7 +33,6 @@ package httplimit
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/textproto"
@@ -42,6 +41,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/client/internal/middleware"
 )
 
 // Policy is one Allot rule applied to every request.
@@ -127,6 +127,7 @@ type Middleware struct {
 	c        *client.Client
 	opts     Options
 	policies []Policy
+	rules    []string // the policies' rules
 	keyHdr   string
 	errLogs  rate.Sometimes // an unknown rule fails every request: log a few
 }
@@ -138,7 +139,11 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	if c == nil {
 		return nil, errors.New("httplimit: New: the client is nil")
 	}
-	if err := checkPolicies(c, opts.Policies); err != nil {
+	rules := make([]string, len(opts.Policies))
+	for i, p := range opts.Policies {
+		rules[i] = p.Rule
+	}
+	if err := middleware.CheckRules("httplimit", c, rules); err != nil {
 		return nil, err
 	}
 	if opts.Cost == nil {
@@ -150,45 +155,12 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	m := &Middleware{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...),
+	m := &Middleware{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...), rules: rules,
 		errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}
 	if opts.KeyHeader != "" {
 		m.keyHdr = textproto.CanonicalMIMEHeaderKey(opts.KeyHeader)
 	}
 	return m, nil
-}
-
-func checkPolicies(c *client.Client, ps []Policy) error {
-	if len(ps) == 0 {
-		return errors.New("httplimit: Options.Policies is empty")
-	}
-	seen := make(map[string]bool, len(ps))
-	for i, p := range ps {
-		switch {
-		case p.Rule == "":
-			return fmt.Errorf("httplimit: Options.Policies[%d].Rule is empty", i)
-		case seen[p.Rule]:
-			return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q appears twice", i, p.Rule)
-		}
-		seen[p.Rule] = true
-	}
-	strict := -1
-	for i, p := range ps {
-		r, ok := c.Rule(p.Rule)
-		if !ok {
-			return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q: %w: not in the client's rules", i, p.Rule, client.ErrUnknownRule)
-		}
-		if r.Strict && len(ps) > 1 {
-			// Checked together, a second strict rule is an error on every
-			// request, which the default OnError serves: never limited.
-			if strict >= 0 {
-				return fmt.Errorf("httplimit: Options.Policies[%d].Rule: %q is strict, as is Policies[%d]'s %q: %w",
-					i, p.Rule, strict, ps[strict].Rule, client.ErrTwoStrict)
-			}
-			strict = i
-		}
-	}
-	return nil
 }
 
 // Wrap returns next behind the limit. Its method value is a
@@ -222,16 +194,16 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		// A rule the service asks for is gone (a reload removed it): refuse,
 		// as the SDK does, rather than serve without the limit.
 		m.errLogs.Do(func() {
-			m.opts.Logger.Error("httplimit: request refused: a policy's rule is unknown", "rules", m.ruleNames(), "err", err)
+			m.opts.Logger.Error("httplimit: request refused: a policy's rule is unknown", "rules", m.rules, "err", err)
 		})
-		writeProblem(w, unknownRule(m.unknownRules()))
+		writeProblem(w, unknownRule(middleware.Unknown(m.c, m.rules)))
 		return false
 	case err != nil:
 		if r.Context().Err() != nil {
 			return false // the caller has gone; nobody to answer
 		}
 		m.errLogs.Do(func() {
-			m.opts.Logger.Warn("httplimit: request not decided", "rules", m.ruleNames(), "err", err)
+			m.opts.Logger.Warn("httplimit: request not decided", "rules", m.rules, "err", err)
 		})
 		return !m.opts.OnError(w, r, err)
 	}
@@ -265,32 +237,13 @@ func (m *Middleware) decide(r *http.Request, n int64) (client.Decision, error) {
 func (m *Middleware) policyKey(r *http.Request, p Policy, shared string) string {
 	if p.Key != nil {
 		if k, ok := p.Key(r); ok && k != "" {
-			return bounded("", k)
+			return middleware.BoundedKey("", k)
 		}
 	}
 	if shared != "" {
 		return shared
 	}
 	return m.key(r)
-}
-
-// unknownRules are the policies' rules the client does not know now.
-func (m *Middleware) unknownRules() []string {
-	var names []string
-	for _, p := range m.policies {
-		if _, ok := m.c.Rule(p.Rule); !ok {
-			names = append(names, p.Rule)
-		}
-	}
-	return names
-}
-
-func (m *Middleware) ruleNames() []string {
-	names := make([]string, len(m.policies))
-	for i, p := range m.policies {
-		names[i] = p.Rule
-	}
-	return names
 }
 
 // FailClosed is an Options.OnError that refuses a request the SDK could

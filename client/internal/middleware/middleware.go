@@ -1,0 +1,77 @@
+// Package middleware holds what the SDK's middlewares, httplimit and
+// grpclimit, share: the checks their New makes of the rules their policies
+// name, and the keys they take from requests made ones the SDK accepts.
+package middleware
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/allot-dev/allot/client"
+)
+
+// CheckRules checks the rules a middleware's policies name, in the
+// policies' order, as its New does: at least one, none empty or named
+// twice, each known to c, and no two strict ones. pkg names the middleware
+// in the errors.
+func CheckRules(pkg string, c *client.Client, rules []string) error {
+	if len(rules) == 0 {
+		return fmt.Errorf("%s: Options.Policies is empty", pkg)
+	}
+	seen := make(map[string]bool, len(rules))
+	for i, r := range rules {
+		switch {
+		case r == "":
+			return fmt.Errorf("%s: Options.Policies[%d].Rule is empty", pkg, i)
+		case seen[r]:
+			return fmt.Errorf("%s: Options.Policies[%d].Rule: %q appears twice", pkg, i, r)
+		}
+		seen[r] = true
+	}
+	strict := -1
+	for i, name := range rules {
+		r, ok := c.Rule(name)
+		if !ok {
+			return fmt.Errorf("%s: Options.Policies[%d].Rule: %q: %w: not in the client's rules", pkg, i, name, client.ErrUnknownRule)
+		}
+		if r.Strict && len(rules) > 1 {
+			// Checked together, a second strict rule is an error on every
+			// request, which the default OnError serves: never limited.
+			if strict >= 0 {
+				return fmt.Errorf("%s: Options.Policies[%d].Rule: %q is strict, as is Policies[%d]'s %q: %w",
+					pkg, i, name, strict, rules[strict], client.ErrTwoStrict)
+			}
+			strict = i
+		}
+	}
+	return nil
+}
+
+// Unknown are the rules the client does not know now, in order: those a
+// reload removed since New checked them.
+func Unknown(c *client.Client, rules []string) []string {
+	var names []string
+	for _, r := range rules {
+		if _, ok := c.Rule(r); !ok {
+			names = append(names, r)
+		}
+	}
+	return names
+}
+
+// maxKey is the SDK's limit on a key's length (client.ErrInvalidKey).
+const maxKey = 512
+
+// BoundedKey joins prefix and v, hashing v when the key would not be one
+// the SDK accepts (client.ErrInvalidKey): longer than 512 bytes, or not
+// UTF-8 (a header or metadata value may hold any bytes). Such a key must
+// still be limited, like any other, not fail.
+func BoundedKey(prefix, v string) string {
+	if len(prefix)+len(v) <= maxKey && utf8.ValidString(v) {
+		return prefix + v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return prefix + "sha256:" + hex.EncodeToString(sum[:])
+}
