@@ -230,8 +230,8 @@ func (n *node) answer(gen int, c *lease.Call, resp *allotv1.AcquireResponse, err
 		for i, g := range ans.Grants {
 			r := c.Requests[i]
 			w.oracle.Granted(w.now, sent, n.i, r.Rule, r.Key, g.Granted, g.Rate, g.TTL)
-			w.tracef("node %d: %s/%s granted %d rate %.1f ttl %v (asked %d rate %.1f, consumed %d, returned %d)",
-				n.i, r.Rule, r.Key, g.Granted, g.Rate, g.TTL, r.Want, r.WantRate, r.Consumed, r.Returned)
+			w.tracef("node %d: %s/%s granted %d rate %.1f ttl %v (asked %d rate %.1f, consumed %d, returned %d, held %d)",
+				n.i, r.Rule, r.Key, g.Granted, g.Rate, g.TTL, r.Want, r.WantRate, r.Consumed, r.Returned, r.Held)
 		}
 		n.core.Answer(c, ans, nil, took, n.mono())
 	}

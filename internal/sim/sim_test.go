@@ -8,12 +8,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/allot-dev/allot/internal/mutate"
 )
 
 var (
 	seeds    = flag.Int("seeds", 1000, "how many seeds TestSeeds runs")
 	fromSeed = flag.Uint64("from", 1, "the first seed TestSeeds runs")
 	oneSeed  = flag.Uint64("seed", 0, "run only this seed, and print its account")
+	traceLen = flag.Int("trace", 200, "how many of a failing run's last events its account prints")
+	putBack  = flag.Uint("mutant", 0, "put back this internal/mutate fault (its bit) in TestSeeds' runs, to compare")
 )
 
 // regressions are seeds that once failed; they run every time.
@@ -27,9 +31,13 @@ var regressions = []uint64{}
 // target by their nature; the fleet's own scenarios (TestFleetScenarios)
 // hold accuracy to its targets. Each miss is listed, with the seed.
 func TestSeeds(t *testing.T) {
+	TraceLines = *traceLen
+	if *putBack != 0 {
+		defer mutate.Set(mutate.Mutation(*putBack))()
+	}
 	list := append([]uint64(nil), regressions...)
 	if *oneSeed != 0 {
-		list = []uint64{*oneSeed}
+		list, KeepTrace = []uint64{*oneSeed}, true
 	} else {
 		for s := *fromSeed; s < *fromSeed+uint64(*seeds); s++ {
 			list = append(list, s)

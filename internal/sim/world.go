@@ -166,7 +166,7 @@ func RunScenario(seed uint64, sc *Scenario) Result {
 	}
 	rep := w.oracle.Finish(sc.Length)
 	res := Result{Seed: seed, Scenario: sc.String(), Kinds: sc.Kinds(), Report: rep, Violations: rep.Violations, Stats: w.stats}
-	if res.Failed() {
+	if res.Failed() || KeepTrace {
 		res.Trace = w.trace.String()
 	}
 	return res
@@ -174,7 +174,7 @@ func RunScenario(seed uint64, sc *Scenario) Result {
 
 func newWorld(seed uint64, sc *Scenario) *World {
 	w := &World{sc: sc, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
-	w.trace = newTrace(200)
+	w.trace = newTrace(TraceLines)
 	w.oracle = oracle.New(oracle.Config{Nodes: sc.givenNodes(), Fleet: sc.Nodes})
 	w.store = &storeClock{w: w}
 	w.net = newNetwork(w)
@@ -198,6 +198,13 @@ func (w *World) start() {
 	w.sc.Load.start(w)
 	w.sc.Faults.start(w)
 }
+
+// TraceLines is how many of a run's last events a failing seed's account
+// prints (a test flag raises it to read a whole run).
+var TraceLines = 200
+
+// KeepTrace keeps the trace of a run that passed as well (a replayed seed).
+var KeepTrace bool
 
 // tracef notes one event for the failure trace.
 func (w *World) tracef(format string, args ...any) {

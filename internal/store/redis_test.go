@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -89,7 +90,10 @@ type parityOp struct {
 // that strays from core.go.
 func TestRedisMatchesMemory(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	if s := os.Getenv("ALLOT_PARITY_SEED"); s != "" { // replay a failing run
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (replay with ALLOT_PARITY_SEED)", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	mem := store.NewMemory(clock.NewFake(time.Now()))
 	t.Cleanup(func() { mem.Close() })
