@@ -19,11 +19,6 @@ const (
 	// for: demand is noisy, and what a share earns beyond the key's cap is
 	// given back, not lost.
 	shareHeadroom = 1.25
-	// shareHoldSeconds bounds what a share may pile up in an idle key: a
-	// tenth of a second of it (at least one token). Across the fleet that
-	// keeps rate lent ahead from turning into a spike: the worst one-second
-	// window stays within the burst plus 1.1 times the rate.
-	shareHoldSeconds = 0.1
 	// renewJitter spreads renewals over [1, 1+renewJitter] refresh
 	// intervals, so that nodes do not renew in step.
 	renewJitter = 0.2
@@ -121,7 +116,7 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 	}
 	s.rate, s.from, s.end = g.Rate, now, f.sent.Add(g.TTL)
 	if g.Rate > 0 {
-		s.capTokens = max(int64(math.Ceil(g.Rate*shareHoldSeconds)), 1)
+		s.capTokens = rules.SharePool(g.Rate) // what a share may pile up in an idle key
 	}
 }
 

@@ -45,6 +45,9 @@ const (
 	// TellHolders: the store tells each holder to divide its fallback by
 	// the holders it counts, whatever the others were told before.
 	TellHolders
+	// RefillPastHeld: a token bucket refills to its burst whatever its
+	// holders still hold of what it lent them.
+	RefillPastHeld
 )
 
 var on atomic.Uint32

@@ -4,6 +4,7 @@ package rules
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -102,6 +103,21 @@ type LeaseTuning struct {
 // and 30 TTLs keeps it long against a long lease, whose holders renew less
 // often and are missed for longer.
 func (l LeaseTuning) Absence() time.Duration { return max(time.Minute, 30*l.TTL) }
+
+// SharePool is the most whole tokens a node pools, unspent, of a share of
+// rate tokens per second of a token bucket's rate (0 for none): a tenth of
+// a second of it, and a whole token at least. Across the fleet that keeps
+// rate lent ahead from turning into a spike (the worst second stays
+// within b + 1.1·r, docs/bounds.md rule 2). The node caps its pool there
+// (internal/lease).
+func SharePool(rate float64) int64 {
+	if rate <= 0 {
+		return 0
+	}
+	return max(int64(math.Ceil(rate*sharePoolSeconds)), 1)
+}
+
+const sharePoolSeconds = 0.1
 
 // Bounds on what a rule may say. They keep arithmetic exact in float64
 // (Redis Lua has no integers) and the sliding log's memory small.

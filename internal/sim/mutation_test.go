@@ -120,6 +120,13 @@ var mutants = []mutant{
 			// holder asked again; 1,041 admitted on fallbacks in one window.)
 			return Run(482)
 		}, broke("window")},
+	{"a token bucket refilled past what its holders still hold", mutate.RefillPastHeld,
+		func(t *testing.T) Result {
+			// (A seed that found it: 100/s burst 25 over 2 saturated nodes;
+			// the bucket refilled while a node kept its grant, and a second
+			// admitted 140 where b + 1.1·r + 2·n is 139.)
+			return Run(2519)
+		}, broke("bucket-1s")},
 }
 
 // quietWindows makes the load come in bursts, each window after a quiet

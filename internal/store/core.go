@@ -219,10 +219,10 @@ func (st *state) release(r *rules.Rule, now int64, ret *Return) {
 	ttl := r.Lease.TTL.Microseconds()
 	switch r.Algorithm {
 	case rules.TokenBucket:
-		st.refill(r, now)
 		credited, _ := st.giveBack(ret.Node, now, ttl, 0, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
 		delete(st.holders, ret.Node)
-		st.tokens = math.Min(float64(r.Burst), st.tokens+float64(credited))
+		st.refill(r, now)
+		st.tokens = math.Min(st.ceiling(r, now, "", 0), st.tokens+float64(credited))
 	case rules.FixedWindow, rules.SlidingWindow:
 		credited, _ := st.giveBack(ret.Node, now, ttl, ret.Epoch, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
 		delete(st.holders, ret.Node)

@@ -27,7 +27,11 @@ import (
 // share or reservation holds at now. Shares only end between two refills,
 // so that part only grew over the interval, and the answer is never more
 // than the truth. 0 when it is below capacity.
-func (st *state) refill(r *rules.Rule, now int64) int64 {
+func (st *state) refill(r *rules.Rule, now int64) int64 { return st.refillAround(r, now, "", 0) }
+
+// refillAround is refill with node's held taken as own, what it has just
+// said it holds: the ceiling is the freshest the store can know.
+func (st *state) refillAround(r *rules.Rule, now int64, node string, own float64) int64 {
 	if now <= st.stamp {
 		return 0
 	}
@@ -40,7 +44,11 @@ func (st *state) refill(r *rules.Rule, now int64) int64 {
 	withheld = st.reserved(r, st.stamp, now, withheld)
 	earned := float64(now-st.stamp)*ratePerUS(r) - sortedSum(withheld)
 	sum := st.tokens + math.Max(earned, 0)
-	st.tokens = math.Min(float64(r.Burst), sum)
+	st.tokens = math.Min(st.ceiling(r, now, node, own), sum)
+	// Full is the bucket alone at its burst: under a ceiling its holders'
+	// tokens make, what it could not hold may have been spent already (the
+	// store learns it at their next requests), so a fallback admitted then
+	// is not paid for by refill lost.
 	full := int64(0)
 	if over := sum - float64(r.Burst); over > 0 {
 		full = now - st.stamp
@@ -53,6 +61,32 @@ func (st *state) refill(r *rules.Rule, now int64) int64 {
 	}
 	st.stamp = now
 	return full
+}
+
+// ceiling is what the central bucket may hold at now: the burst, less what
+// its present holders may still hold unspent of what it lent them, node's
+// counted as own (when node is not ""). A lease's tokens are the bucket's
+// whether spent or not: refilled past them, the bucket and a holder that
+// had kept its tokens would together admit more than the burst within a
+// second (docs/bounds.md, rule 6). What a holder spent it says at its next
+// request, which raises the ceiling; an expired lease's tokens are dead.
+// Whole tokens are counted: the fraction would make the ceiling hang on
+// the clock's last digits. What a holder holds of its share's pool counts
+// too, though the bucket never held it (it withheld that rate): rule 2's
+// tenth of the rate has no room for it beside the burst, as the share's
+// tokens reach the pool only at the sweep after they are earned (seed
+// 2519 passed b + 1.1·r + 2·n by one when the pools were left out).
+func (st *state) ceiling(r *rules.Rule, now int64, node string, own float64) float64 {
+	if mutate.On(mutate.RefillPastHeld) {
+		return float64(r.Burst)
+	}
+	held := []float64{math.Floor(own)}
+	for n, h := range st.holders {
+		if n != node && h.present(now) && h.held >= 1 {
+			held = append(held, math.Floor(h.held))
+		}
+	}
+	return math.Max(float64(r.Burst)-sortedSum(held), 0)
 }
 
 // A token bucket's prev is its belowSince: when positive, prev-1 is how
@@ -125,9 +159,11 @@ func (st *state) refillWait(r *rules.Rule, now, ttl int64, need float64) int64 {
 
 func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	capacity := float64(r.Burst)
-	fullFor, fullInTTL := st.fullness(st.refill(r, now), ttl)
+	// What the node says it holds is read first: the refill's ceiling
+	// counts that, not what it held at its last request.
 	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned, reportOf(req.Held, req.HeldKnown))
-	st.tokens = math.Min(capacity, st.tokens+float64(credited))
+	fullFor, fullInTTL := st.fullness(st.refillAround(r, now, req.Node, held), ttl)
+	st.tokens = math.Min(st.ceiling(r, now, req.Node, held), st.tokens+float64(credited))
 	// A holder back from an absence had its fallback reserved: what it
 	// admitted there up to the reservation the bucket never earned. So did
 	// one back since, at its next request, for what it admitted while its

@@ -90,14 +90,18 @@ func (st *state) givable(node string, now, ttl, epoch int64) float64 {
 // a node that predates it, credits nothing: the store cannot tell tokens
 // given back from tokens spent, and crediting spent tokens lends them
 // again (docs/bounds.md, rule 3). It returns what node may still give
-// back: what it holds, as far as the store can tell, less the credit.
+// back: what it holds, as far as the store can tell, less the credit. Of
+// a node that does not say, the store counts none: what it was lent
+// before would otherwise add up over its leases, and a token bucket's
+// ceiling (core_bucket.go) would fall to nothing under such a node's busy
+// key; its next grant it counts, as it may not have been spent.
 func (st *state) giveBack(node string, now, ttl, epoch, tokens int64, held heldReport) (credited int64, left float64) {
 	can := st.givable(node, now, ttl, epoch)
 	if mutate.On(mutate.CreditLent) {
 		held = heldReport{known: true, n: math.MaxInt64}
 	}
 	if !held.known {
-		return 0, can
+		return 0, 0
 	}
 	credited = min(tokens, held.n, int64(math.Floor(can)))
 	return credited, held.bound(can) - float64(credited)

@@ -93,7 +93,7 @@ end
 local function give_back(st, node, now, epoch, tokens, held)
   local can = givable(st, node, now, epoch)
   if held < 0 then
-    return 0, can
+    return 0, 0
   end
   local credited = min(tokens, held, floor(can))
   return credited, bound_held(can, held) - credited

@@ -36,13 +36,27 @@ local function withheld_rate(st, now)
   return sorted_sum(rates)
 end
 
+-- ceiling is core_bucket.go's ceiling: the burst, less what the present
+-- holders may still hold of what the bucket lent them, node's counted as
+-- own (when node is given), in whole tokens.
+local function ceiling(st, now, node, own)
+  local held = { floor(own or 0) }
+  for n, h in pairs(st.holders) do
+    if n ~= node and h[1] > now and h[7] >= 1 then
+      held[#held + 1] = floor(h[7])
+    end
+  end
+  return max(capacity - sorted_sum(held), 0)
+end
+
 -- refill adds what the bucket earned since the last refill: the rule's rate,
 -- less the shares lent to holders, each until its lease ended, and less the
 -- reservations of the holders absent or back, each from when its lease
 -- ended, or it came back, until its absence did. A clock that steps back
 -- earns nothing and does not move the stamp back. It returns how long the
--- bucket has been full (core_bucket.go's refill).
-local function refill(st, now)
+-- bucket has been full (core_bucket.go's refill; with node, its
+-- refillAround).
+local function refill(st, now, node, own)
   if now <= st.s then
     return 0
   end
@@ -63,7 +77,7 @@ local function refill(st, now)
   end
   local earned = (now - st.s) * rate - sorted_sum(lent)
   local sum = st.t + max(earned, 0)
-  st.t = min(capacity, sum)
+  st.t = min(ceiling(st, now, node, own), sum)
   local full = 0
   local over = sum - capacity
   if over > 0 then

@@ -87,9 +87,9 @@ local function acquire(now, req)
   if again then
     return again
   end
-  local full_for, full_in_ttl = fullness(st, refill(st, now))
   local credited, held = give_back(st, req.node, now, 0, req.returned, req.held)
-  st.t = min(capacity, st.t + credited)
+  local full_for, full_in_ttl = fullness(st, refill(st, now, req.node, held))
+  st.t = min(ceiling(st, now, req.node, held), st.t + credited)
   local covered = cover(st, req.node, now)
   local prev = st.holders[req.node]
   debit(st, max(cap_consumed(st, capacity, req.node, now, req.consumed, req.age) - covered, 0))
@@ -120,10 +120,10 @@ local function release(now, node, tokens, _, held)
   if not st then
     return {}
   end
-  refill(st, now)
   local credited = give_back(st, node, now, 0, tokens, held)
   forget(st, node)
-  st.t = min(capacity, st.t + credited)
+  refill(st, now)
+  st.t = min(ceiling(st, now), st.t + credited)
   save(st, now)
   return {}
 end

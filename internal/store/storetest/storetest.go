@@ -111,6 +111,7 @@ func Run(t *testing.T, h Harness) {
 		{"StrictLateConsumptionDebitedInFull", testStrictLateConsumptionDebitedInFull},
 		{"BucketReleaseCappedAtCapacity", testBucketRelease},
 		{"BucketRefills", testBucketRefills},
+		{"HeldCapsBucket", testHeldCapsBucket},
 		{"BucketFullness", testBucketFullness},
 		{"BucketWithTinyRateStillLimits", testBucketTinyRate},
 		{"FairShareAcrossHolders", testFairShare},
