@@ -1,238 +1,215 @@
 package bucket_test
 
 import (
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/allot-dev/allot/internal/bucket"
 )
 
-func newTokenBucket(t *testing.T, capacity int64, rate float64, now time.Time) *bucket.TokenBucket {
+// Named instants, as in golang.org/x/time/rate's tests.
+var (
+	t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	t1 = t0.Add(1 * time.Second)
+	t3 = t0.Add(3 * time.Second)
+	t5 = t0.Add(5 * time.Second)
+	t6 = t0.Add(6 * time.Second)
+)
+
+// step is one request in a table: at an instant, and whether it must pass.
+type step struct {
+	name string
+	at   time.Time
+	want bool
+}
+
+func run(t *testing.T, b *bucket.TokenBucket, steps []step) {
 	t.Helper()
-	b, err := bucket.NewTokenBucket(capacity, rate, now)
+	for _, s := range steps {
+		if got := b.Allow(s.at); got != s.want {
+			t.Fatalf("%s: Allow(t0+%v) = %v, want %v", s.name, s.at.Sub(t0), got, s.want)
+		}
+	}
+}
+
+func newBucket(t *testing.T, capacity, tokens int64, period time.Duration, now time.Time) *bucket.TokenBucket {
+	t.Helper()
+	b, err := bucket.NewTokenBucketPer(capacity, tokens, period, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
+// A burst of 3, then one a second: the time is a parameter, so a caller
+// reads its clock once, or passes the instant the event happened.
+func ExampleTokenBucket() {
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	b, err := bucket.NewTokenBucketPer(3, 1, time.Second, start)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, after := range []time.Duration{0, 0, 0, 0, 1500 * time.Millisecond, 1500 * time.Millisecond} {
+		fmt.Printf("at %v: %v\n", after, b.Allow(start.Add(after)))
+	}
+	// Output:
+	// at 0s: true
+	// at 0s: true
+	// at 0s: true
+	// at 0s: false
+	// at 1.5s: true
+	// at 1.5s: false
+}
+
 func TestTokenBucketBurstThenRate(t *testing.T) {
-	b := newTokenBucket(t, 3, 1, t0)
+	b := newBucket(t, 3, 1, time.Second, t0)
 	ms := time.Millisecond
 	run(t, b, []step{
-		{"full at start", t0, 1, pass(3, 2, 1*time.Second), nil},
-		{"burst", t0, 1, pass(3, 1, 2*time.Second), nil},
-		{"last of burst", t0, 1, pass(3, 0, 3*time.Second), nil},
-		{"capacity spent", t0, 1, refuse(3, 0, 1*time.Second, 3*time.Second), nil},
-		{"one ms short", t1.Add(-ms), 1, refuse(3, 0, ms, 2*time.Second+ms), nil},
-		{"one token after 1/rate", t1, 1, pass(3, 0, 3*time.Second), nil},
-		{"and only one", t1, 1, refuse(3, 0, time.Second, 3*time.Second), nil},
-		{"half way", t1.Add(500 * ms), 1, refuse(3, 0, 500*ms, 2500*ms), nil},
-		{"two seconds idle", t3, 2, pass(3, 0, 3*time.Second), nil},
+		{"full at start", t0, true},
+		{"burst", t0, true},
+		{"last of burst", t0, true},
+		{"capacity spent", t0, false},
+		{"one ms short", t1.Add(-ms), false},
+		{"one token after 1/rate", t1, true},
+		{"and only one", t1, false},
+		{"half way", t1.Add(500 * ms), false},
+		{"two seconds idle: two tokens", t3, true},
+		{"the second", t3, true},
+		{"and no third", t3, false},
 	})
 }
 
 func TestTokenBucketIdleNeverExceedsCapacity(t *testing.T) {
-	b := newTokenBucket(t, 3, 1, t0)
+	b := newBucket(t, 3, 1, time.Second, t0)
+	hour := t0.Add(time.Hour)
 	run(t, b, []step{
-		{"spend all", t0, 3, pass(3, 0, 3*time.Second), nil},
-		{"an hour idle: full, no more", t0.Add(time.Hour), 3, pass(3, 0, 3*time.Second), nil},
-		{"nothing left over", t0.Add(time.Hour), 1, refuse(3, 0, time.Second, 3*time.Second), nil},
-		{"a century idle", t0.Add(100 * 365 * 24 * time.Hour), 1, pass(3, 2, time.Second), nil},
-	})
-}
-
-func TestTokenBucketCosts(t *testing.T) {
-	b := newTokenBucket(t, 5, 2, t0)
-	ms := time.Millisecond
-	run(t, b, []step{
-		{"n>1", t0, 3, pass(5, 2, 1500*ms), nil},
-		{"n>remaining is refused", t0, 3, refuse(5, 2, 500*ms, 1500*ms), nil},
-		{"refusal spent nothing", t0, 2, pass(5, 0, 2500*ms), nil},
-		{"n>capacity is an error", t0, 6, bucket.Decision{}, bucket.ErrCostAboveCapacity},
-		{"retry-after for a cost of 5", t0, 5, refuse(5, 0, 2500*ms, 2500*ms), nil},
-		{"exactly when promised", t0.Add(2500 * ms), 5, pass(5, 0, 2500*ms), nil},
+		{"spend", t0, true}, {"spend", t0, true}, {"spend all", t0, true},
+		{"an hour idle: full", hour, true}, {"full", hour, true}, {"full", hour, true},
+		{"no more than full", hour, false},
+		{"a century idle", t0.Add(100 * 365 * 24 * time.Hour), true},
 	})
 }
 
 func TestTokenBucketClockBackwards(t *testing.T) {
-	b := newTokenBucket(t, 2, 1, t5)
+	b := newBucket(t, 2, 1, time.Second, t5)
 	run(t, b, []step{
-		{"spend all at t5", t5, 2, pass(2, 0, 2*time.Second), nil},
-		{"t3: nothing minted, waits measured from t3", t3, 1, refuse(2, 0, 3*time.Second, 4*time.Second), nil},
-		{"back at t5: still nothing", t5, 1, refuse(2, 0, time.Second, 2*time.Second), nil},
-		{"t6: the one token that t5..t6 brings", t6, 1, pass(2, 0, 2*time.Second), nil},
-		{"and not a second one", t6, 1, refuse(2, 0, time.Second, 2*time.Second), nil},
+		{"spend at t5", t5, true},
+		{"spend all at t5", t5, true},
+		{"t3: nothing minted", t3, false},
+		{"back at t5: still nothing", t5, false},
+		{"t6: the one token that t5..t6 brings", t6, true},
+		{"and not a second one", t6, false},
 	})
 }
 
-// An integer-friendly rate whose period is not a whole number of
-// nanoseconds: 3/s. Kept below capacity, the bucket's k-th token arrives at
-// exactly ceil(k/3 s): the fraction of a token is never rounded away.
+// A rate whose period is not a whole number of nanoseconds: 3/s. Kept below
+// capacity, the bucket's k-th token arrives at exactly ceil(k/3 s): the
+// fraction of a token is never rounded away.
 func TestTokenBucketExactThirds(t *testing.T) {
-	b := newTokenBucket(t, 10, 3, t0)
+	b := newBucket(t, 10, 3, time.Second, t0)
+	for range 10 {
+		b.Allow(t0)
+	}
 	ns := time.Nanosecond
 	third := 333333333 * ns
 	run(t, b, []step{
-		{"spend the burst", t0, 10, pass(10, 0, 3333333334*ns), nil},
-		{"1/3 s is 333333333.3 ns", t0.Add(third), 1, refuse(10, 0, ns, 3000000001*ns), nil},
-		{"first token", t0.Add(third + ns), 1, pass(10, 0, 3333333333*ns), nil},
-		{"2/3 s is 666666666.7 ns", t0.Add(2 * third), 1, refuse(10, 0, ns, 3000000001*ns), nil},
-		{"second token", t0.Add(2*third + ns), 1, pass(10, 0, 3333333333*ns), nil},
-		{"third token exactly at 1 s", t1, 1, pass(10, 0, 3333333334*ns), nil},
+		{"burst spent", t0, false},
+		{"1/3 s is 333333333.3 ns", t0.Add(third), false},
+		{"first token", t0.Add(third + ns), true},
+		{"2/3 s is 666666666.7 ns", t0.Add(2 * third), false},
+		{"second token", t0.Add(2*third + ns), true},
+		{"third token exactly at 1 s", t1, true},
+		{"and no fourth", t1, false},
 	})
 	// A million more tokens, one per call at the exact instant each is due.
 	for k := int64(1); k <= 1_000_000; k++ {
 		due := t1.Add(time.Duration((k*int64(time.Second) + 2) / 3)) // ceil(k/3 s)
-		if !b.Allow(due) || b.Allow(due) {
-			t.Fatalf("token %d: not exactly one token at %v", k, due.Sub(t1))
+		if b.Allow(due.Add(-ns)) || !b.Allow(due) || b.Allow(due) {
+			t.Fatalf("token %d: not exactly one token, at %v", k, due.Sub(t1))
 		}
-	}
-}
-
-func TestTokenBucketFloatRatesReadAsFractions(t *testing.T) {
-	cases := []struct {
-		rate     float64
-		interval time.Duration
-	}{
-		{1000.0 / 60, 60 * time.Millisecond}, // 1,000 a minute
-		{0.1, 10 * time.Second},
-		{1.0 / 3600, time.Hour},
-		{1e9, time.Nanosecond},
-		{2.5, 400 * time.Millisecond},
-	}
-	for _, c := range cases {
-		b := newTokenBucket(t, 1, c.rate, t0)
-		run(t, b, []step{
-			{"spend", t0, 1, pass(1, 0, c.interval), nil},
-			{"a nanosecond early", t0.Add(c.interval - 1), 1, refuse(1, 0, 1, 1), nil},
-			{"on time", t0.Add(c.interval), 1, pass(1, 0, c.interval), nil},
-			{"many intervals on", t0.Add(1000 * c.interval), 1, pass(1, 0, c.interval), nil},
-			{"and again a nanosecond early", t0.Add(1001*c.interval - 1), 1, refuse(1, 0, 1, 1), nil},
-		})
 	}
 }
 
 func TestTokenBucketPer(t *testing.T) {
-	b, err := bucket.NewTokenBucketPer(200, 1000, time.Minute, t0)
-	if err != nil {
-		t.Fatal(err)
+	b := newBucket(t, 200, 1000, time.Minute, t0)
+	for i := range 200 {
+		if !b.Allow(t0) {
+			t.Fatalf("request %d of the burst of 200 refused", i+1)
+		}
 	}
-	run(t, b, []step{
-		{"burst of 200", t0, 200, pass(200, 0, 12*time.Second), nil},
-		{"one token per 60 ms", t0.Add(60 * time.Millisecond), 2, refuse(200, 1, 60*time.Millisecond, 11940*time.Millisecond), nil},
-		{"after 1 s, 16 (16.67) tokens", t1, 16, pass(200, 0, 11960*time.Millisecond), nil},
-	})
-}
-
-func TestLeasedBucket(t *testing.T) {
-	b, err := bucket.NewLeasedBucket(10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, b, []step{
-		{"empty: time cannot say when", t0, 1, refuse(10, 0, 0, 0), nil},
-	})
-	if got := b.Deposit(4); got != 4 {
-		t.Fatalf("Deposit(4) = %d, want 4", got)
-	}
-	run(t, b, []step{
-		{"lease tokens", t0, 3, pass(10, 1, 0), nil},
-		{"time brings nothing", t0.Add(time.Hour), 2, refuse(10, 1, 0, 0), nil},
-	})
-	if got := b.Deposit(20); got != 9 {
-		t.Fatalf("Deposit(20) into 1 of 10 = %d, want 9 fitted", got)
-	}
-	if got := b.Deposit(0) + b.Deposit(-5); got != 0 {
-		t.Fatalf("Deposit of nothing added %d", got)
-	}
-	if got := b.Drain(); got != 10 {
-		t.Fatalf("Drain() = %d, want 10", got)
-	}
-	run(t, b, []step{{"drained", t0.Add(time.Hour), 1, refuse(10, 0, 0, 0), nil}})
-}
-
-func TestTokenBucketDepositCapsAndKeepsRefill(t *testing.T) {
-	b := newTokenBucket(t, 4, 2, t0)
 	ms := time.Millisecond
-	run(t, b, []step{{"spend all", t0, 4, pass(4, 0, 2*time.Second), nil}})
-	if got := b.Deposit(2); got != 2 {
-		t.Fatalf("Deposit(2) = %d", got)
-	}
 	run(t, b, []step{
-		{"deposit plus 1.5 tokens of refill", t0.Add(750 * ms), 3, pass(4, 0, 1750*ms), nil},
-		{"refill continues from the half token", t0.Add(1000 * ms), 2, refuse(4, 1, 500*ms, 1500*ms), nil},
+		{"burst spent", t0, false},
+		{"a nanosecond before 60 ms", t0.Add(60*ms - 1), false},
+		{"one token per 60 ms", t0.Add(60 * ms), true},
+		{"and one only", t0.Add(60 * ms), false},
 	})
-	if got := b.Deposit(100); got != 3 {
-		t.Fatalf("Deposit(100) = %d, want 3 (capped at 4)", got)
+	// 940 ms later: 15.67 tokens, so 15 pass.
+	n := 0
+	for b.Allow(t1) {
+		n++
 	}
-	run(t, b, []step{{"full", t1, 4, pass(4, 0, 2*time.Second), nil}})
+	if n != 15 {
+		t.Fatalf("%d passed at 1 s, want 15", n)
+	}
+}
+
+// 1,000 goroutines against a capacity of 100 at one fixed instant, so
+// nothing refills: exactly 100 pass. A read-then-write race would let more.
+func TestTokenBucketConcurrentExactlyCapacity(t *testing.T) {
+	b := newBucket(t, 100, 1, time.Second, t0)
+	var (
+		start   = make(chan struct{})
+		wg      sync.WaitGroup
+		allowed atomic.Int64
+	)
+	for range 1000 {
+		wg.Go(func() {
+			<-start
+			if b.Allow(t0) {
+				allowed.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := allowed.Load(); got != 100 {
+		t.Fatalf("%d passed, want exactly 100", got)
+	}
 }
 
 func TestTokenBucketZeroAllocs(t *testing.T) {
-	b := newTokenBucket(t, 1<<40, 1e9, t0)
+	b := newBucket(t, 1<<40, 1, time.Nanosecond, t0)
 	now := t0
 	if a := testing.AllocsPerRun(1000, func() {
 		now = now.Add(time.Nanosecond)
-		if _, err := b.AllowN(now, 3); err != nil {
-			t.Fatal(err)
-		}
+		b.Allow(now)
 	}); a != 0 {
-		t.Errorf("AllowN allocates %v times per call, want 0", a)
+		t.Errorf("Allow allocates %v times per call, want 0", a)
 	}
 }
 
-func TestConstructorsNameTheField(t *testing.T) {
-	nan := func() float64 { var z float64; return z / z }()
-	inf := func() float64 { var z float64; return 1 / z }()
+func TestNewTokenBucketPerNamesTheField(t *testing.T) {
 	cases := []struct {
-		name string
-		err  func() error
-		want string
+		name                     string
+		capacity, tokens, period int64
+		want                     string
 	}{
-		{"capacity 0", func() error { _, err := bucket.NewTokenBucket(0, 1, t0); return err }, "token bucket: capacity must be positive"},
-		{"capacity <0", func() error { _, err := bucket.NewLeasedBucket(-1); return err }, "token bucket: capacity must be positive"},
-		{"rate 0", func() error { _, err := bucket.NewTokenBucket(1, 0, t0); return err }, "token bucket: rate must be positive"},
-		{"rate <0", func() error { _, err := bucket.NewTokenBucket(1, -1, t0); return err }, "token bucket: rate must be positive"},
-		{"rate NaN", func() error { _, err := bucket.NewTokenBucket(1, nan, t0); return err }, "token bucket: rate must be positive"},
-		{"rate Inf", func() error { _, err := bucket.NewTokenBucket(1, inf, t0); return err }, "token bucket: rate must be positive"},
-		{"rate tiny", func() error { _, err := bucket.NewTokenBucket(1, 1e-300, t0); return err }, "token bucket: rate 1e-300 tokens/s is out of range"},
-		{"rate huge", func() error { _, err := bucket.NewTokenBucket(1, 1e300, t0); return err }, "token bucket: rate 1e+300 tokens/s is out of range"},
-		{"tokens 0", func() error { _, err := bucket.NewTokenBucketPer(1, 0, time.Second, t0); return err }, "token bucket: tokens per period must be positive"},
-		{"period 0", func() error { _, err := bucket.NewTokenBucketPer(1, 1, 0, t0); return err }, "token bucket: period must be positive"},
-		{"fixed limit", func() error { _, err := bucket.NewFixedWindow(0, time.Second, t0); return err }, "fixed window: limit must be positive"},
-		{"fixed window", func() error { _, err := bucket.NewFixedWindow(1, -time.Second, t0); return err }, "fixed window: window must be positive"},
-		{"log limit", func() error { _, err := bucket.NewSlidingLog(-1, time.Second); return err }, "sliding log: limit must be positive"},
-		{"log window", func() error { _, err := bucket.NewSlidingLog(1, 0); return err }, "sliding log: window must be positive"},
-		{"sliding limit", func() error { _, err := bucket.NewSlidingWindow(0, time.Second); return err }, "sliding window: limit must be positive"},
-		{"sliding window", func() error { _, err := bucket.NewSlidingWindow(1, 0); return err }, "sliding window: window must be positive"},
+		{"capacity 0", 0, 1, 1, "capacity must be positive"},
+		{"capacity <0", -1, 1, 1, "capacity must be positive"},
+		{"tokens 0", 1, 0, 1, "tokens per period must be positive"},
+		{"period 0", 1, 1, 0, "period must be positive"},
+		{"period <0", 1, 1, -1, "period must be positive"},
 	}
 	for _, c := range cases {
-		err := c.err()
-		if err == nil || !strings.Contains(err.Error(), "bucket: "+c.want) {
-			t.Errorf("%s: error %v, want one containing %q", c.name, err, "bucket: "+c.want)
+		_, err := bucket.NewTokenBucketPer(c.capacity, c.tokens, time.Duration(c.period), t0)
+		if want := "bucket: token bucket: " + c.want; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, want)
 		}
-	}
-}
-
-func TestTokenBucketCap(t *testing.T) {
-	t0 := time.Unix(1_700_000_000, 0)
-	b, err := bucket.NewTokenBucketPer(10, 10, time.Second, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 10 {
-		b.Allow(t0)
-	}
-	// Half a second of refill (5 tokens) is counted before the cap of 3.
-	b.Cap(t0.Add(500*time.Millisecond), 3)
-	if d, _ := b.AllowN(t0.Add(500*time.Millisecond), 3); !d.Allowed || d.Remaining != 0 {
-		t.Fatalf("after Cap(3): %+v, want exactly 3 tokens", d)
-	}
-	// A cap above what the bucket holds changes nothing.
-	b.Cap(t0.Add(700*time.Millisecond), 100)
-	if d, _ := b.AllowN(t0.Add(700*time.Millisecond), 2); !d.Allowed || d.Remaining != 0 {
-		t.Fatalf("after a loose cap: %+v, want the 2 refilled tokens", d)
 	}
 }
