@@ -7,11 +7,10 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/internal/grpcerr"
 )
 
 // exhausted is the status of a refused call: ResourceExhausted with
@@ -35,7 +34,7 @@ func (i *Interceptor) exhausted(d client.Decision, who string) error {
 		v.QuotaValue = r.Limit
 		v.Description = fmt.Sprintf("quota of %d per %s of rule %s exceeded", r.Limit, period(r.Period), rule)
 	}
-	return withDetails(codes.ResourceExhausted, msg,
+	return grpcerr.New(codes.ResourceExhausted, msg,
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
 		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{v}})
 }
@@ -57,15 +56,6 @@ func period(d time.Duration) string {
 // has no RetryInfo: waiting would not help.
 func tooCostly(rules, who string, cost int64) error {
 	msg := fmt.Sprintf("call costs %d, more than rate limit %s allows at once", cost, rules)
-	return withDetails(codes.ResourceExhausted, msg, &errdetails.QuotaFailure{
+	return grpcerr.New(codes.ResourceExhausted, msg, &errdetails.QuotaFailure{
 		Violations: []*errdetails.QuotaFailure_Violation{{Subject: rules + "/" + who, Description: msg}}})
-}
-
-func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) error {
-	st := status.New(code, msg)
-	with, err := st.WithDetails(details...)
-	if err != nil { // only for a code of OK
-		return st.Err()
-	}
-	return with.Err()
 }

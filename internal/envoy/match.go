@@ -11,10 +11,8 @@ import (
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/allot-dev/allot/internal/grpcerr"
 	"github.com/allot-dev/allot/internal/rules"
 	"github.com/allot-dev/allot/internal/store"
 )
@@ -46,31 +44,18 @@ type check struct {
 	never bool
 }
 
-// invalid is an InvalidArgument status naming the field, with a BadRequest
-// detail, as the Allocator service answers.
-func invalid(field, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	st := status.New(codes.InvalidArgument, field+": "+msg)
-	if d, err := st.WithDetails(&errdetails.BadRequest{
-		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}},
-	}); err == nil {
-		st = d
-	}
-	return st.Err()
-}
-
 // match validates a request and finds each descriptor's limit in dom (nil:
 // an unknown domain, where nothing is limited, as in envoyproxy/ratelimit).
 func match(dom *rules.EnvoyDomain, req *rlspb.RateLimitRequest) ([]check, error) {
 	if req.GetDomain() == "" {
-		return nil, invalid("domain", "is required")
+		return nil, grpcerr.Invalid("domain", "is required")
 	}
 	ds := req.GetDescriptors()
 	if len(ds) == 0 {
-		return nil, invalid("descriptors", "is empty: give at least one descriptor")
+		return nil, grpcerr.Invalid("descriptors", "is empty: give at least one descriptor")
 	}
 	if len(ds) > MaxDescriptors {
-		return nil, invalid("descriptors", "has %d descriptors, at most %d", len(ds), MaxDescriptors)
+		return nil, grpcerr.Invalid("descriptors", "has %d descriptors, at most %d", len(ds), MaxDescriptors)
 	}
 	hits := uint64(req.GetHitsAddend())
 	if hits == 0 {
@@ -115,24 +100,24 @@ func match(dom *rules.EnvoyDomain, req *rlspb.RateLimitRequest) ([]check, error)
 func validate(field string, d *ratelimitpb.RateLimitDescriptor) error {
 	entries := d.GetEntries()
 	if len(entries) == 0 {
-		return invalid(field+".entries", "is empty: a descriptor has at least one entry")
+		return grpcerr.Invalid(field+".entries", "is empty: a descriptor has at least one entry")
 	}
 	if len(entries) > MaxEntries {
-		return invalid(field+".entries", "has %d entries, at most %d", len(entries), MaxEntries)
+		return grpcerr.Invalid(field+".entries", "has %d entries, at most %d", len(entries), MaxEntries)
 	}
 	for j, e := range entries {
 		f := fmt.Sprintf("%s.entries[%d]", field, j)
 		switch {
 		case e.GetKey() == "":
-			return invalid(f+".key", "is required")
+			return grpcerr.Invalid(f+".key", "is required")
 		case len(e.GetKey()) > MaxEntryBytes:
-			return invalid(f+".key", "is %d bytes, at most %d", len(e.GetKey()), MaxEntryBytes)
+			return grpcerr.Invalid(f+".key", "is %d bytes, at most %d", len(e.GetKey()), MaxEntryBytes)
 		case len(e.GetValue()) > MaxEntryBytes:
-			return invalid(f+".value", "is %d bytes, at most %d", len(e.GetValue()), MaxEntryBytes)
+			return grpcerr.Invalid(f+".value", "is %d bytes, at most %d", len(e.GetValue()), MaxEntryBytes)
 		}
 	}
 	if d.GetIsNegativeHits() {
-		return invalid(field+".is_negative_hits", "giving hits back is not supported")
+		return grpcerr.Invalid(field+".is_negative_hits", "giving hits back is not supported")
 	}
 	return nil
 }
@@ -145,13 +130,13 @@ func overrideLimit(dom *rules.EnvoyDomain, field string, d *ratelimitpb.RateLimi
 	o := d.GetLimit()
 	unit := rules.EnvoyUnit(o.GetUnit())
 	if unit.Duration() == 0 {
-		return nil, invalid(field+".unit", "must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR, got %v", o.GetUnit())
+		return nil, grpcerr.Invalid(field+".unit", "must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR, got %v", o.GetUnit())
 	}
 	mult := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil {
 		mult = m.GetValue()
 		if most := uint32(rules.MaxPeriod / unit.Duration()); mult < 1 || mult > most {
-			return nil, invalid(field+".unit_multiplier", "must be from 1 to %d (a period of at most %v), got %d", most, rules.MaxPeriod, mult)
+			return nil, grpcerr.Invalid(field+".unit_multiplier", "must be from 1 to %d (a period of at most %v), got %d", most, rules.MaxPeriod, mult)
 		}
 	}
 	period := unit.Duration() * time.Duration(mult)
@@ -166,7 +151,7 @@ func overrideLimit(dom *rules.EnvoyDomain, field string, d *ratelimitpb.RateLimi
 	}
 	r, err := rules.NewEnvoyRule(id, dom.Algorithm, l.RequestsPerUnit, period)
 	if err != nil {
-		return nil, invalid(field+".requests_per_unit", "%v", err)
+		return nil, grpcerr.Invalid(field+".requests_per_unit", "%v", err)
 	}
 	l.Rule = r
 	return l, nil

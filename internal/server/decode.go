@@ -9,6 +9,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot-dev/allot/internal/grpcerr"
+
 	// The "proto" codec that decodeCodec wraps.
 	_ "google.golang.org/grpc/encoding/proto"
 )
@@ -75,7 +77,7 @@ func undecoded(v any) error {
 	if n < 0 {
 		return nil
 	}
-	return invalid("request", "does not decode: %s", msg)
+	return grpcerr.Invalid("request", "does not decode: %s", msg)
 }
 
 func rejectUndecodedUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/allot-dev/allot/internal/grpcerr"
 	"github.com/allot-dev/allot/internal/store"
 )
 
@@ -141,11 +141,8 @@ func (s *Server) checkNewKeys(ctx context.Context, node string, reqs []store.Acq
 		return nil
 	}
 	s.metrics.refusedNewKeys()
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
+	return grpcerr.New(codes.ResourceExhausted, fmt.Sprintf(
 		"requests[%d].key: node %q adds keys faster than the allocator allows (%g new keys a second a node, --max-new-keys-per-node); %d of this call's keys are new; keys it holds are served; ask again in %v",
-		first, node, s.newKeys.rate, fresh, wait.Round(time.Millisecond)))
-	if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); derr == nil {
-		st = d
-	}
-	return st.Err()
+		first, node, s.newKeys.rate, fresh, wait.Round(time.Millisecond)),
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
 }

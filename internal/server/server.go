@@ -19,6 +19,7 @@ import (
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/grpcerr"
 	"github.com/allot-dev/allot/internal/lograte"
 	"github.com/allot-dev/allot/internal/rules"
 	"github.com/allot-dev/allot/internal/store"
@@ -180,11 +181,11 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 			return nil, err
 		}
 		if lr.GetSeq() >= 1<<53 {
-			return nil, invalid(field+".seq", "must be below 2^53, got %d", lr.GetSeq())
+			return nil, grpcerr.Invalid(field+".seq", "must be below 2^53, got %d", lr.GetSeq())
 		}
 		wantRate := lr.GetWantRate()
 		if math.IsNaN(wantRate) || math.IsInf(wantRate, 0) || wantRate < 0 {
-			return nil, invalid(field+".want_rate", "must be a finite rate of zero or more tokens per second, got %v", wantRate)
+			return nil, grpcerr.Invalid(field+".want_rate", "must be a finite rate of zero or more tokens per second, got %v", wantRate)
 		}
 		age, err := checkAge(field+".consumed_age", lr.GetConsumedAge())
 		if err != nil {
@@ -192,7 +193,7 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		}
 		k := ruleKey{r.Name, lr.GetKey()}
 		if j, dup := seen[k]; dup {
-			return nil, invalid(field, "repeats the rule and key of requests[%d]", j)
+			return nil, grpcerr.Invalid(field, "repeats the rule and key of requests[%d]", j)
 		}
 		seen[k] = i
 		// A node sizing its lease from an older rule set may ask for more
@@ -258,7 +259,7 @@ func (s *Server) Release(ctx context.Context, req *allotv1.ReleaseRequest) (*all
 		// One entry per key: a repeated one would be credited twice.
 		k := ruleKey{r.Name, rt.GetKey()}
 		if j, dup := seen[k]; dup {
-			return nil, invalid(field, "repeats the rule and key of returns[%d]", j)
+			return nil, grpcerr.Invalid(field, "repeats the rule and key of returns[%d]", j)
 		}
 		seen[k] = i
 		rets[i] = store.Return{Rule: r.ForKey(rt.GetKey()), Key: rt.GetKey(), Node: req.GetNodeId(), Tokens: rt.GetTokens(), Epoch: rt.GetEpoch(),
@@ -294,7 +295,7 @@ func (s *Server) Check(ctx context.Context, req *allotv1.CheckRequest) (*allotv1
 		return nil, err
 	}
 	if cost > r.Capacity() {
-		return nil, invalid("cost", "%d exceeds the capacity %d of rule %q: it could never pass", cost, r.Capacity(), r.Name)
+		return nil, grpcerr.Invalid("cost", "%d exceeds the capacity %d of rule %q: it could never pass", cost, r.Capacity(), r.Name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -334,7 +335,7 @@ func (s *Server) storeError(ctx context.Context, op string, err error) error {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return status.Error(codes.Canceled, "canceled by the caller")
 	case errors.Is(err, store.ErrCostAboveCapacity):
-		return invalid("cost", "%v", err)
+		return grpcerr.Invalid("cost", "%v", err)
 	case errors.Is(err, store.ErrNotLeasable):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, store.ErrFull):
@@ -366,13 +367,9 @@ func storeFull(op string, err error) error {
 	if isFull && op == "acquire" {
 		msg = fmt.Sprintf("requests[%d].key: %s", full.Request, msg)
 	}
-	st := status.New(codes.ResourceExhausted, msg)
-	if d, derr := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+	return grpcerr.New(codes.ResourceExhausted, msg, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
 		{Subject: subject, Description: err.Error()},
-	}}); derr == nil {
-		st = d
-	}
-	return st.Err()
+	}})
 }
 
 // optDuration is d on the wire, or nothing when it is zero: a field most

@@ -6,9 +6,9 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/allot-dev/allot/internal/grpcerr"
 	"github.com/allot-dev/allot/internal/rules"
 )
 
@@ -47,55 +47,42 @@ func (l Limits) withDefaults() Limits {
 	return d
 }
 
-// invalid is an InvalidArgument status naming the field, with the field also
-// in a BadRequest detail for programs.
-func invalid(field, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	st := status.New(codes.InvalidArgument, field+": "+msg)
-	if d, err := st.WithDetails(&errdetails.BadRequest{
-		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}},
-	}); err == nil {
-		st = d
-	}
-	return st.Err()
-}
-
 func (l Limits) checkNode(node string) error {
 	if node == "" {
-		return invalid("node_id", "is required")
+		return grpcerr.Invalid("node_id", "is required")
 	}
 	if len(node) > l.MaxNodeIDBytes {
-		return invalid("node_id", "is %d bytes, at most %d", len(node), l.MaxNodeIDBytes)
+		return grpcerr.Invalid("node_id", "is %d bytes, at most %d", len(node), l.MaxNodeIDBytes)
 	}
 	return nil
 }
 
 func (l Limits) checkBatch(field string, n int) error {
 	if n == 0 {
-		return invalid(field, "is empty")
+		return grpcerr.Invalid(field, "is empty")
 	}
 	if n > l.MaxBatch {
-		return invalid(field, "has %d entries, at most %d", n, l.MaxBatch)
+		return grpcerr.Invalid(field, "has %d entries, at most %d", n, l.MaxBatch)
 	}
 	return nil
 }
 
 func (l Limits) checkKey(field, key string) error {
 	if key == "" {
-		return invalid(field, "is required")
+		return grpcerr.Invalid(field, "is required")
 	}
 	if len(key) > l.MaxKeyBytes {
-		return invalid(field, "is %d bytes, at most %d", len(key), l.MaxKeyBytes)
+		return grpcerr.Invalid(field, "is %d bytes, at most %d", len(key), l.MaxKeyBytes)
 	}
 	return nil
 }
 
 func (l Limits) checkTokens(field string, n int64) error {
 	if n < 0 {
-		return invalid(field, "must not be negative, got %d", n)
+		return grpcerr.Invalid(field, "must not be negative, got %d", n)
 	}
 	if n > l.MaxTokens {
-		return invalid(field, "is %d, at most %d", n, l.MaxTokens)
+		return grpcerr.Invalid(field, "is %d, at most %d", n, l.MaxTokens)
 	}
 	return nil
 }
@@ -108,11 +95,11 @@ func checkAge(field string, d *durationpb.Duration) (time.Duration, error) {
 		return 0, nil
 	}
 	if err := d.CheckValid(); err != nil {
-		return 0, invalid(field, "is not a valid duration (seconds %d, nanos %d)", d.GetSeconds(), d.GetNanos())
+		return 0, grpcerr.Invalid(field, "is not a valid duration (seconds %d, nanos %d)", d.GetSeconds(), d.GetNanos())
 	}
 	age := d.AsDuration()
 	if age < 0 {
-		return 0, invalid(field, "must not be negative, got %v", age)
+		return 0, grpcerr.Invalid(field, "must not be negative, got %v", age)
 	}
 	return age, nil
 }
@@ -120,15 +107,12 @@ func checkAge(field string, d *durationpb.Duration) (time.Duration, error) {
 // lookup finds a rule; an unknown name is NotFound, a malformed one invalid.
 func lookup(set *rules.Set, field, name string) (*rules.Rule, error) {
 	if err := rules.ValidName(name); err != nil {
-		return nil, invalid(field, "%v", err)
+		return nil, grpcerr.Invalid(field, "%v", err)
 	}
 	r, ok := set.Get(name)
 	if !ok {
-		st := status.New(codes.NotFound, fmt.Sprintf("%s: unknown rule %q", field, name))
-		if d, err := st.WithDetails(&errdetails.ResourceInfo{ResourceType: "allot.v1.Rule", ResourceName: name}); err == nil {
-			st = d
-		}
-		return nil, st.Err()
+		return nil, grpcerr.New(codes.NotFound, fmt.Sprintf("%s: unknown rule %q", field, name),
+			&errdetails.ResourceInfo{ResourceType: "allot.v1.Rule", ResourceName: name})
 	}
 	return r, nil
 }
