@@ -129,8 +129,9 @@ type LeaseConfig struct {
 	// TokensOnly never asks for a share of a rule's rate: the node lives
 	// on the tokens the allocator's bucket holds when it asks, as nodes
 	// did before rate shares. Far from the allocator, or on a saturated
-	// CPU, that loses part of the rate (see the README's tuning guide); it
-	// is here to compare, and for fleets that must not lend rate ahead.
+	// CPU, that loses part of the rate (docs/configuration.md, "Lease
+	// settings"); it is here to compare, and for fleets that must not lend
+	// rate ahead.
 	// default: false
 	TokensOnly bool
 }

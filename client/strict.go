@@ -12,7 +12,7 @@ import (
 
 // strictDebts keeps what strict rules admitted on the node's fallback share
 // while the allocator could not decide, until it can be reported: like any
-// fallback admission it is debited after recovery (DESIGN guarantee 4).
+// fallback admission it is debited after recovery (docs/design.md, guarantee 4).
 // Strict rules have no lease pools to carry the report; this is theirs.
 type strictDebts struct {
 	mu       sync.Mutex

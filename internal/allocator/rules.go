@@ -39,7 +39,7 @@ func (a *Allocator) initialRules() (*rules.Set, error) {
 	case a.cfg.Rules != nil:
 		return a.cfg.Rules, nil
 	}
-	a.log.Info("no rules file given: serving the built-in example rules (see README)")
+	a.log.Info("no rules file given: serving the built-in example rules (see docs/configuration.md)")
 	return rules.Example(), nil
 }
 

@@ -5,7 +5,7 @@ package rules
 // uses one is refused at load, naming the field and why, rather than
 // loaded with the field silently ignored (a limit that quietly counts or
 // answers differently from what its file says is worse than a clear
-// error). The README's "Not supported, and why" gives the same reasons.
+// error). docs/envoy.md, "Not supported, and why", gives the same reasons.
 var envoyUnsupported = map[string]string{
 	"value_to_metric": "not supported: Allot's metrics label domains and rules, never " +
 		"descriptor values, so that clients' values cannot grow the metrics without bound",

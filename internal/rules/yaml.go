@@ -28,7 +28,7 @@ func Load(path string) (*Set, error) {
 var exampleYAML []byte
 
 // ExampleYAML is the built-in rule set the allocator serves when it is given
-// no rules file; the README shows it.
+// no rules file; docs/configuration.md shows it.
 func ExampleYAML() []byte { return bytes.Clone(exampleYAML) }
 
 // Example returns the built-in rule set.

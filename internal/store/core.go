@@ -121,7 +121,7 @@ func sortedSum(xs []float64) float64 {
 }
 
 // acquire grants one lease. consumed is debited first, in full however late
-// it is reported (DESIGN guarantee 4): a bucket's debt is repaid by refill,
+// it is reported (docs/design.md, guarantee 4): a bucket's debt is repaid by refill,
 // never forgiven, or the tokens a node admitted on its fallback would be
 // admitted again by the rest of the fleet; what the store reserved for the
 // node while it was absent covers its part (core_absence.go). What one

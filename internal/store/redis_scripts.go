@@ -242,7 +242,7 @@ var (
 // scripts is indexed by rules.Algorithm. A tag names a state's layout: a
 // layout that changes takes a new tag, so that allocators of two versions,
 // side by side in a rolling deploy, never read each other's keys (each
-// keeps its own state of a key meanwhile: see the README's "Redis keys").
+// keeps its own state of a key meanwhile: see docs/operations.md, "Upgrades").
 // tb3, fw3 and sw3 are states in one MessagePack string (common.lua) whose
 // holders carry n, the holder count their last lease told them; tb2, fw2
 // and sw2 were the same without it, and tb, fw and sw hashes of text
