@@ -50,6 +50,22 @@ func BenchmarkAllow(b *testing.B) {
 	})
 }
 
+// BenchmarkWait is Wait on a leased key: the key's queue joined and left
+// around one decision from the lease, for callers that shape rather than
+// refuse.
+func BenchmarkWait(b *testing.B) {
+	a := memoryAllocator(b, benchRules)
+	c := newClient(b, client.Config{Allocators: []string{a.Addr()}})
+	ctx := context.Background()
+	leased(b, c, "bench", "user-42")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Wait(ctx, "bench", "user-42"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAllowParallel spreads decisions over 1,024 leased keys from
 // every core: no global lock, so it scales with cores.
 func BenchmarkAllowParallel(b *testing.B) {
