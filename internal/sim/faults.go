@@ -155,9 +155,14 @@ func (w *World) reload(scale float64) {
 	}
 	w.rules = set
 	w.alloc.setRules(set)
+	vers := map[string]int{}
 	for _, r := range set.Rules() {
 		w.oracle.SetRule(w.now, oracleRule(r))
+		vers[r.Name] = w.oracle.Spreading(r.Name)
 	}
+	// Until the last node has the new rules, the others' decisions may
+	// still be the old ones': the oracle holds windows to both.
+	left := len(w.nodes)
 	for _, n := range w.nodes {
 		n := n
 		gen := n.gen
@@ -165,6 +170,11 @@ func (w *World) reload(scale float64) {
 			if n.gen == gen && n.alive {
 				for _, r := range set.Rules() {
 					n.apply(r)
+				}
+			}
+			if left--; left == 0 {
+				for name, v := range vers {
+					w.oracle.Learned(w.now, name, v)
 				}
 			}
 		})

@@ -18,6 +18,17 @@ func setRule(at time.Duration, r Rule) ev {
 	return func(o *Oracle) { r.Name = "r"; o.SetRule(at, r) }
 }
 
+// spread sets r at at as a reload that reaches the nodes one at a time
+// (until learned).
+func spread(at time.Duration, r Rule) ev {
+	return func(o *Oracle) { setRule(at, r)(o); o.Spreading("r") }
+}
+
+// learned says every node has the newest version of "r" from at.
+func learned(at time.Duration) ev {
+	return func(o *Oracle) { o.Learned(at, "r", len(o.rules["r"].vers)-1) }
+}
+
 func admS(at, storeAt time.Duration, node int, cost int64, m Mode) ev {
 	return func(o *Oracle) { o.Admitted(at, storeAt, node, "r", "k", cost, m) }
 }

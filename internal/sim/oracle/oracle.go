@@ -127,6 +127,31 @@ func (o *Oracle) SetRule(at time.Duration, r Rule) {
 	}
 }
 
+// Spreading says the version of rule just set reaches the nodes one at a
+// time, as rules fetched on a refresh do: until Learned says every node
+// has it, a node may still decide under an older version, and every window
+// is held to the largest bounds among the versions still in force. It
+// returns the version's number, for Learned.
+func (o *Oracle) Spreading(rule string) int {
+	rs := o.rules[rule]
+	if rs == nil {
+		o.usage(o.now, rule, "", "spreading an unknown rule")
+		return 0
+	}
+	return rs.spreading()
+}
+
+// Learned says every node decides under version ver of rule (or a later
+// one) from at.
+func (o *Oracle) Learned(at time.Duration, rule string, ver int) {
+	if !o.tick(at, "learned", rule, "") {
+		return
+	}
+	if rs := o.rules[rule]; rs != nil {
+		rs.learned(at, ver)
+	}
+}
+
 // key is the state of (rule, key), made afresh for a new epoch of the
 // rule; nil (and a usage violation) for a rule never set.
 func (o *Oracle) key(at time.Duration, rule, key string) *keyState {

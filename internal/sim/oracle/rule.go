@@ -114,8 +114,12 @@ func (r Rule) normalize() (Rule, error) {
 type version struct {
 	Rule
 	start, end time.Duration
-	epoch      int
-	rate       float64 // tokens per second
+	// gone is when no node decides under the version any more: its end,
+	// unless the next one was said to spread (Oracle.Spreading), then the
+	// instant every node had learned a later one (Oracle.Learned).
+	gone  time.Duration
+	epoch int
+	rate  float64 // tokens per second
 }
 
 // ruleState is the history of one rule.
@@ -130,10 +134,13 @@ const forever = time.Duration(math.MaxInt64)
 // set appends a version in force from at. It starts a new epoch when the
 // algorithm changes, or the period of a rule that is not a token bucket.
 func (rs *ruleState) set(at time.Duration, r Rule) {
-	v := version{Rule: r, start: at, end: forever, rate: float64(r.Limit) / r.Period.Seconds()}
+	v := version{Rule: r, start: at, end: forever, gone: forever, rate: float64(r.Limit) / r.Period.Seconds()}
 	if n := len(rs.vers); n > 0 {
 		prev := &rs.vers[n-1]
 		prev.end = at
+		if prev.gone == forever {
+			prev.gone = at
+		}
 		v.epoch = prev.epoch
 		if prev.Algorithm != r.Algorithm || (r.Algorithm != TokenBucket && prev.Period != r.Period) {
 			v.epoch++
@@ -145,16 +152,37 @@ func (rs *ruleState) set(at time.Duration, r Rule) {
 
 func (rs *ruleState) cur() *version { return &rs.vers[len(rs.vers)-1] }
 
+// spreading marks the version before the current one as still in force on
+// some node: its end waits for learned.
+func (rs *ruleState) spreading() int {
+	k := len(rs.vers) - 1
+	if k > 0 {
+		rs.vers[k-1].gone = forever
+	}
+	return k
+}
+
+// learned says every node decides under version ver or a later one from
+// at: the versions before it are gone at at (or at their end, if later).
+func (rs *ruleState) learned(at time.Duration, ver int) {
+	for i := range min(ver, len(rs.vers)) {
+		if v := &rs.vers[i]; v.gone == forever {
+			v.gone = max(at, v.end)
+		}
+	}
+}
+
 // lookback is the oldest version of the current epoch whose leases may
 // still be spent at at: a token granted under version j is spent before
-// j's end + j's TTL. Each admission carries it: a window is held to the
+// j's end + j's TTL, and a node that has not learned version j+1 decides
+// under j until it does (gone). Each admission carries it: a window is held to the
 // largest bounds among its admissions' lookbacks and the current version.
 // Calls come in the order of true time, so the cursor only moves on.
 func (rs *ruleState) lookback(at time.Duration) int {
 	k := len(rs.vers) - 1
 	for rs.live < k {
 		v := &rs.vers[rs.live]
-		if v.epoch == rs.vers[k].epoch && v.end+v.TTL > at {
+		if v.epoch == rs.vers[k].epoch && (v.gone == forever || v.gone+v.TTL > at) {
 			break
 		}
 		rs.live++

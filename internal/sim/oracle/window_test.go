@@ -44,6 +44,19 @@ func TestWindowReload(t *testing.T) {
 		// limit holds.
 		{name: "after the reload's lookback", evs: []ev{setRule(0, five), setRule(t1, three), many(t3, 1, 4, Lease)},
 			want: []want{{inv: InvWindow, node: -1, from: time.Second, to: 2 * time.Second, store: true, measured: 4, bound: 3}}},
+		// A reload that reaches the nodes one at a time: until the last
+		// has it, a node may decide under the larger limit (and spend
+		// leases of it for a TTL more).
+		{name: "a reload still spreading keeps the larger limit", evs: []ev{setRule(0, five), spread(t1, three),
+			many(t3, 1, 5, Lease)}},
+		{name: "past the larger limit while spreading", evs: []ev{setRule(0, five), spread(t1, three),
+			many(t3, 1, 6, Lease)},
+			want: []want{{inv: InvWindow, node: -1, from: time.Second, to: 2 * time.Second, store: true, measured: 6, bound: 5}}},
+		{name: "learned, then its lookback over", evs: []ev{setRule(0, five), spread(t1, three), learned(t2),
+			many(1800*ms, 1, 4, Lease)},
+			want: []want{{inv: InvWindow, node: -1, from: time.Second, to: 2 * time.Second, store: true, measured: 4, bound: 3}}},
+		{name: "learned, within its lookback", evs: []ev{setRule(0, five), spread(t1, three), learned(t2),
+			many(t3, 1, 5, Lease)}},
 		// Another period: windows that cannot be compared, counted afresh.
 		{name: "a new period starts afresh", evs: []ev{setRule(0, five), many(t0, 1, 5, Lease), setRule(t1, twice),
 			many(t2, 1, 5, Lease)}},
