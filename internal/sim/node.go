@@ -99,12 +99,7 @@ func (n *node) apply(r *rules.Rule) {
 	}
 }
 
-// callTimeout is the node's RPCTimeout, as the docs ask of a far
-// allocator: above its round trip.
-func (n *node) callTimeout() time.Duration {
-	l := n.w.sc.Link
-	return max(250*time.Millisecond, 4*(l.OneWay+l.Jitter)+250*time.Millisecond)
-}
+func (n *node) callTimeout() time.Duration { return n.w.sc.callTimeout() }
 
 // fleetSize is the N the node divides by before any key's hint.
 func (n *node) fleetSize() int { return n.nodesFor(0) }

@@ -46,6 +46,13 @@ func (s *Scenario) label(kind, format string, args ...any) {
 	s.kinds = append(s.kinds, kind)
 }
 
+// callTimeout is every node's RPCTimeout, as the docs ask of a far
+// allocator: above its round trip.
+func (s *Scenario) callTimeout() time.Duration {
+	l := s.Link
+	return max(250*time.Millisecond, 4*(l.OneWay+l.Jitter)+250*time.Millisecond)
+}
+
 // givenNodes is the fleet size the world gives every node to divide its
 // fallback by, the N the oracle holds a node's unreserved fallback to:
 // Config.Nodes, or the gossip count while no partition takes a node out of

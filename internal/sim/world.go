@@ -175,7 +175,7 @@ func RunScenario(seed uint64, sc *Scenario) Result {
 func newWorld(seed uint64, sc *Scenario) *World {
 	w := &World{sc: sc, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	w.trace = newTrace(TraceLines)
-	w.oracle = oracle.New(oracle.Config{Nodes: sc.givenNodes(), Fleet: sc.Nodes})
+	w.oracle = oracle.New(oracle.Config{Nodes: sc.givenNodes(), Fleet: sc.Nodes, CallTimeout: sc.callTimeout()})
 	w.store = &storeClock{w: w}
 	w.net = newNetwork(w)
 	w.rules = sc.Rules

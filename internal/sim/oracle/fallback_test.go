@@ -55,6 +55,13 @@ func TestFallbackReserved(t *testing.T) {
 		{name: "past absence", nodes: 2, evs: []ev{cutOff, setRule(t0, r), grant(t0, t0, 1, 1, 0, time.Second),
 			many(6*time.Second+ms, 1, 7, Fallback)},
 			want: []want{node(6*time.Second+ms, 6*time.Second+ms, 7, 6)}},
+		// A fault over [0, 1 s) with a 1 s TTL excuses until 2 s; a call
+		// sent into it that times out 3 s later falls back until 4 s.
+		{name: "after the fault's excuse: counted in the fleet's sum", nodes: 2, evs: []ev{faulty(0, time.Second),
+			setRule(t0, strict), many(2500*ms, 1, 7, Fallback)}},
+		{name: "within a call timeout of it: unreserved", nodes: 2, callTimeout: 3 * time.Second,
+			evs:  []ev{faulty(0, time.Second), setRule(t0, strict), many(2500*ms, 1, 7, Fallback)},
+			want: []want{node(2500*ms, 2500*ms, 7, 6)}},
 		{name: "a strict rule has no holders", nodes: 2, evs: []ev{cutOff, setRule(t0, strict), grant(t0, t0, 1, 1, 0, time.Second),
 			many(t1, 1, 7, Fallback)},
 			want: []want{node(t1, t1, 7, 6)}},

@@ -16,9 +16,10 @@ type fault struct {
 // Fault marks the world faulty over [from, to): a partition, a clock step,
 // a crash, an allocator restart, a lossy network. A run with a fault is not
 // calm (no accuracy verdict), and no 1-s check or fairness verdict is given
-// for a window overlapping [from − L, to + L), L the rule's largest TTL: a
-// lease granted before the fault may be spent in it, and one granted in it
-// after it. A fault may be recorded late, even after the events it
+// for a window overlapping [from − L, to + L), L the rule's largest TTL or
+// the call timeout if longer (see excuse): a lease granted before the
+// fault may be spent in it, one granted in it after it, and a call sent
+// into it times out after it. A fault may be recorded late, even after the events it
 // excuses: a calm violation it excuses is withdrawn.
 func (o *Oracle) Fault(from, to time.Duration, what string) {
 	if to < from {
@@ -39,14 +40,22 @@ func (o *Oracle) Cut(node int, from, to time.Duration) {
 	o.Fault(from, to, fmt.Sprintf("node %d cut off from the allocator", node))
 }
 
-// faulty says whether a fault may keep a node from the allocator at at: one
-// is recorded over [from, to + L), L the rule's largest TTL (a node cut
-// off falls back until its next answer).
-func (o *Oracle) faulty(rule string, at time.Duration) bool {
-	var l time.Duration
+// excuse is how long after a fault its effects last, L: the rule's
+// largest TTL (a node cut off falls back until its next answer), or the
+// call timeout if longer (a call sent into the fault falls back when it
+// times out).
+func (o *Oracle) excuse(rule string) time.Duration {
+	l := o.cfg.CallTimeout
 	if rs := o.rules[rule]; rs != nil {
-		l = rs.maxTTL
+		l = max(l, rs.maxTTL)
 	}
+	return l
+}
+
+// faulty says whether a fault may keep a node from the allocator at at: one
+// is recorded over [from, to + L), L the excuse.
+func (o *Oracle) faulty(rule string, at time.Duration) bool {
+	l := o.excuse(rule)
 	for _, f := range o.faults {
 		if f.from > at {
 			break
@@ -59,14 +68,11 @@ func (o *Oracle) faulty(rule string, at time.Duration) bool {
 }
 
 // calm says whether some window [s, s+w] with s in [lo, hi] overlaps no
-// fault's excuse [from − L, to + L), L the rule's largest TTL. Starts a
-// fault rules out are [from − L − w, to + L); the faults are kept by from,
-// so a sweep finds a start no fault rules out.
+// fault's excuse [from − L, to + L), L the excuse. Starts a fault rules
+// out are [from − L − w, to + L); the faults are kept by from, so a sweep
+// finds a start no fault rules out.
 func (o *Oracle) calm(rule string, lo, hi, w time.Duration) bool {
-	var l time.Duration
-	if rs := o.rules[rule]; rs != nil {
-		l = rs.maxTTL
-	}
+	l := o.excuse(rule)
 	p := lo
 	for _, f := range o.faults {
 		a, b := f.from-l-w, f.to+l

@@ -81,14 +81,17 @@ func (w want) String() string {
 }
 
 type tcase struct {
-	name  string
-	nodes int
-	evs   []ev
-	want  []want
+	name        string
+	nodes       int
+	callTimeout time.Duration
+	evs         []ev
+	want        []want
 }
 
-func run(nodes int, evs []ev) *Oracle {
-	o := New(Config{Nodes: nodes})
+func run(nodes int, evs []ev) *Oracle { return runConfig(Config{Nodes: nodes}, evs) }
+
+func runConfig(cfg Config, evs []ev) *Oracle {
+	o := New(cfg)
 	for _, e := range evs {
 		e(o)
 	}
@@ -99,7 +102,7 @@ func runCases(t *testing.T, cases []tcase) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			o := run(max(c.nodes, 1), c.evs)
+			o := runConfig(Config{Nodes: max(c.nodes, 1), CallTimeout: c.callTimeout}, c.evs)
 			check(t, o.Violations(), c.want)
 		})
 	}

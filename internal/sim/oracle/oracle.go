@@ -15,6 +15,10 @@ type Config struct {
 	// a token a share split below a token a node carries into it (see
 	// docs/simulation.md).
 	Fleet int
+	// CallTimeout is the longest a node waits on one call to the
+	// allocator: a decision whose call went out into a fault falls back
+	// when the call times out, which may be after the fault has ended.
+	CallTimeout time.Duration
 	// Trace, when set, receives one line for every violation as it is
 	// found (a calm one may be withdrawn later, see Fault) and for every
 	// rule change and fault.
