@@ -55,10 +55,23 @@ func NewAllowance() *Allowance {
 // bucket starts empty and earns from `from`, the latest instant the lease
 // could end at the store; a window rule admits nothing before the window
 // after the lease's, epoch (which the store lent for).
-func AfterLease(from time.Duration, epoch int64) *Allowance {
+//
+// prev, if not nil, is the key's allowance that the lease's grant closed.
+// A window it counted in that the new one may admit in goes on with its
+// count: a grant of an earlier window (an answer replayed for a request
+// sent again) ends no fallback window, and the store reserved the node
+// one l/N in it, not two.
+func AfterLease(from time.Duration, epoch int64, prev *Allowance) *Allowance {
 	a := &Allowance{stamp: from, from: math.MinInt64}
 	if epoch != math.MinInt64 {
 		a.from = epoch + 1
+	}
+	if prev != nil && epoch != math.MinInt64 {
+		prev.mu.Lock()
+		if prev.used > 0 && prev.epoch >= a.from {
+			a.epoch, a.used, a.start = prev.epoch, prev.used, prev.start
+		}
+		prev.mu.Unlock()
 	}
 	return a
 }

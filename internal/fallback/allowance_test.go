@@ -63,7 +63,7 @@ func TestAllowanceTokenBucket(t *testing.T) {
 func TestAllowanceAfterLeaseStartsEmpty(t *testing.T) {
 	r := rule(t, 100, 100, time.Second)
 	t0 := 5 * time.Second
-	a := AfterLease(t0, math.MinInt64)
+	a := AfterLease(t0, math.MinInt64, nil)
 	run(t, a, r, Windows{}, []step{
 		{"before the lease's end", t0 - time.Second, 4, 1, false, time.Second + 40*time.Millisecond},
 		{"at the lease's end", t0, 4, 1, false, 40 * time.Millisecond},
@@ -106,13 +106,31 @@ func TestAllowanceWindows(t *testing.T) {
 	// The store's clock is the node's + 10.000 s to + 10.050 s: store window
 	// k is certainly [k s - 10 s, (k+1) s - 10.05 s) on the node.
 	w := Windows{Lo: 10 * time.Second, Hi: 10*time.Second + 50*time.Millisecond, Known: true}
-	a := AfterLease(0, 12) // held a lease in store window 12 = node [2 s, 3 s)
+	a := AfterLease(0, 12, nil) // held a lease in store window 12 = node [2 s, 3 s)
 	run(t, a, r, w, []step{
 		{"window 12: the lease's", 2500 * time.Millisecond, 4, 1, false, 500 * time.Millisecond},
 		{"window 13 begins", 3 * time.Second, 4, 25, true, 0},
 		{"window 13 spent", 3500 * time.Millisecond, 4, 1, false, 500 * time.Millisecond},
 		{"between 13 and 14", 3960 * time.Millisecond, 4, 1, false, 40 * time.Millisecond},
 		{"window 14", 4 * time.Second, 4, 25, true, 0},
+	})
+	// A grant of window 12 that arrives in window 13 (an answer replayed)
+	// closes the allowance that counted 20 there: the next one goes on
+	// with that count, and admits only 5 more in 13.
+	b := AfterLease(0, 12, nil)
+	run(t, b, r, w, []step{{"window 13, before the late grant", 3 * time.Second, 4, 20, true, 0}})
+	b.Close(3100 * time.Millisecond)
+	c := AfterLease(3100*time.Millisecond, 12, b)
+	run(t, c, r, w, []step{
+		{"window 13 after it: what is left", 3200 * time.Millisecond, 4, 5, true, 0},
+		{"window 13 after it: no more", 3300 * time.Millisecond, 4, 1, false, 700 * time.Millisecond},
+		{"window 14 afresh", 4 * time.Second, 4, 25, true, 0},
+	})
+	// A grant of window 13 itself: no fallback in 13, and 14 afresh.
+	d := AfterLease(3100*time.Millisecond, 13, b)
+	run(t, d, r, w, []step{
+		{"the lease's window", 3200 * time.Millisecond, 4, 1, false, 800 * time.Millisecond},
+		{"the next afresh", 4 * time.Second, 4, 25, true, 0},
 	})
 	u := NewAllowance()
 	run(t, u, r, Windows{Lo: 10 * time.Second, Hi: 10 * time.Second}, []step{

@@ -120,19 +120,20 @@ func (k *KeyLease) remaining(left int64) int64 {
 // that needs one: full for a key the allocator never answered for, empty
 // and earning from the latest end of its lease for one it did.
 func (k *KeyLease) newAllowance(served mono) *fallback.Allowance {
-	a := fallback.NewAllowance()
+	a, prev := fallback.NewAllowance(), k.closed.Load()
 	if served != 0 {
 		epoch := int64(math.MinInt64)
 		if k.Rule().Algorithm != rules.TokenBucket && !mutate.On(mutate.FallbackWhileServed) {
 			epoch = k.epoch.Load()
 		}
-		a = fallback.AfterLease(served.sinceOrigin(), epoch)
+		a = fallback.AfterLease(served.sinceOrigin(), epoch, prev)
 	}
 	if !k.fallback.CompareAndSwap(nil, a) {
 		if cur := k.fallback.Load(); cur != nil {
 			return cur
 		}
 	}
+	k.closed.CompareAndSwap(prev, nil)
 	return a
 }
 

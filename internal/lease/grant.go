@@ -90,6 +90,9 @@ func (k *KeyLease) closeFallback(now mono) (int64, mono) {
 		return 0, 0
 	}
 	n, age := a.Close(now.sinceOrigin())
+	if k.Rule().Algorithm != rules.TokenBucket {
+		k.closed.Store(a)
+	}
 	return n, now.Add(-age)
 }
 

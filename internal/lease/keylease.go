@@ -36,6 +36,9 @@ type KeyLease struct {
 	// reached: made by the first decision that needs it, closed by the
 	// grant that follows.
 	fallback atomic.Pointer[fallback.Allowance]
+	// closed is the allowance the last grant closed, for a window rule:
+	// the next one goes on with its count in a window they share.
+	closed atomic.Pointer[fallback.Allowance]
 	// keyRule is the key's rule when the table's rule has overrides.
 	keyRule atomic.Pointer[keyRule]
 	table   *Table
