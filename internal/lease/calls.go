@@ -147,7 +147,7 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 		f := k.request(&c.env, now)
 		reqs[i] = Request{Rule: k.table.name, Key: k.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age,
 			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: f.held, Seq: f.seq,
-			FallbackNodes: k.FallbackNodes()}
+			FallbackNodes: k.FallbackNodes(), OnFallback: f.onFallback}
 	}
 	c.acquiring++
 	c.calls = append(c.calls, &Call{Requests: reqs, Timeout: max(c.cfg.RPCTimeout, 3*c.roundTrip()), keys: keys})

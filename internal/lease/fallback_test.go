@@ -146,3 +146,52 @@ func TestFallbackDividesAsTold(t *testing.T) {
 			}},
 	})
 }
+
+// A request that leaves while the allocator is taken for down says so
+// (Request.OnFallback): the key may admit on its fallback until its answer
+// arrives, and the store keeps its reservation meanwhile though the
+// request reports nothing. Sent again, it says what it said; once an
+// answer comes, the next one does not.
+func TestRequestsSentOnTheFallbackSaySo(t *testing.T) {
+	g := newRig(t, func(c *Config) { c.TokensOnly = true })
+	var first Request
+	g.run([]step{
+		{name: "t0: a's first request, answered", at: 0,
+			do: func(g *rig) { g.decide("r", "a", 1); first, _ = g.last("a"); g.answer() },
+			want: func(g *rig) error {
+				if first.OnFallback {
+					return fmt.Errorf("a request with the allocator up says it is on the fallback: %+v", first)
+				}
+				return nil
+			}},
+		{name: "t1: another key's call fails: the allocator is down", at: time.Millisecond,
+			do: func(g *rig) { g.decide("r", "o", 1); g.fail() }},
+		{name: "t2: a asks past its lease: its request leaves on the fallback", at: 2 * time.Millisecond,
+			do: func(g *rig) {
+				g.decide("r", "a", 1000)
+				if err := untilOut(g, 5*time.Millisecond, 500*time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: func(g *rig) error {
+				if r, _ := g.last("a"); !r.OnFallback || r.Consumed != 0 {
+					return fmt.Errorf("sent while down: %+v, want on the fallback with nothing to report", r)
+				}
+				return nil
+			}},
+		{name: "t3: answered: the allocator is up, the next request is not", at: 600 * time.Millisecond,
+			do: func(g *rig) {
+				g.answer()
+				g.decide("r", "a", 1000)
+				if err := untilOut(g, 5*time.Millisecond, 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: func(g *rig) error {
+				if r, _ := g.last("a"); r.OnFallback {
+					return fmt.Errorf("sent with the allocator up: %+v", r)
+				}
+				return nil
+			}},
+	})
+}

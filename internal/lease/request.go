@@ -30,7 +30,11 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 	if f == nil {
 		r := k.Rule()
 		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
-			returned: k.takeOverflow() + k.unusedNow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e)}
+			returned: k.takeOverflow() + k.unusedNow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e),
+			// Sent while the allocator is taken for down, the key may admit
+			// on its fallback until the answer arrives: the store keeps its
+			// reservation until its next request (store.AcquireRequest).
+			onFallback: k.table.c.Down() || k.fallback.Load() != nil}
 		if !k.sent && !mutate.On(mutate.SizeByHistory) {
 			// The first request asks for what is already waiting on it; a hot
 			// key's lease then doubles until it keeps up (sample). (Asking

@@ -36,6 +36,7 @@ type flight struct {
 	returned, returnedEpoch int64
 	held                    int64
 	seq                     uint64
+	onFallback              bool // sent while the allocator was taken for down
 }
 
 // rateShare is the share of the rule's rate a key earns (share.go): tokens

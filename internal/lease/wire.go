@@ -25,6 +25,9 @@ type Request struct {
 	// FallbackNodes is what the key's fallback divides the rule by, at
 	// least, until the answer arrives: its last grant's; 0 before one.
 	FallbackNodes int
+	// OnFallback says the request left while the allocator was taken for
+	// down: the key may admit on its fallback until the answer arrives.
+	OnFallback bool
 }
 
 // Grant is the allocator's answer to one Request.

@@ -206,7 +206,8 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 			Returned: lr.GetReturned(), ReturnedEpoch: lr.GetReturnedEpoch(), Seq: int64(lr.GetSeq()),
 			// A node that does not say what it holds (one before the field)
 			// has its returns credited nothing: see store.AcquireRequest.
-			Held: lr.GetHeld(), HeldKnown: lr.Held != nil, FallbackNodes: int64(lr.GetFallbackNodes())}
+			Held: lr.GetHeld(), HeldKnown: lr.Held != nil, FallbackNodes: int64(lr.GetFallbackNodes()),
+			OnFallback: lr.GetOnFallback()}
 	}
 	return out, nil
 }

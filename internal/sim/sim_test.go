@@ -31,6 +31,9 @@ var regressions = []uint64{
 	// A fixed window's fallback counted afresh after a grant of an
 	// earlier window (a replayed answer) closed its allowance.
 	19190,
+	// A return from a cut that reported nothing ended its reservation
+	// while its fallback admitted (until requests said on_fallback).
+	1165, 9609,
 }
 
 // TestSeeds runs the simulator over many seeds: every bound must hold in

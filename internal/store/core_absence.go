@@ -26,7 +26,8 @@ import (
 // admits on its fallback until then (a round trip, or more when the answer
 // is lost), reporting what its grant does not pay for with its next
 // request. So a holder back from a reserved absence (markBack: an absent
-// holder whose request reports fallback admissions) keeps its reservation
+// holder whose request reports fallback admissions, or was sent on the
+// fallback, AcquireRequest.OnFallback) keeps its reservation
 // until its next request: a token bucket withholds its r/n from when it
 // came back and covers its next report up to that, and a window keeps back
 // what is left of its l/n in the window it came back in. The return itself
@@ -121,16 +122,16 @@ func (st *state) cover(r *rules.Rule, node string, now int64) float64 {
 	return h.reservedRate(r) * float64(max(now-h.reservedSince(), 0)) / 1e6
 }
 
-// markBack records, once node's request at now has been granted, whether
-// it came back from a reserved absence (prev, if had, is its record before
-// the request, consumed what the request reported): when it came back and
+// markBack records, once req's node's request at now has been granted,
+// whether it came back from a reserved absence (prev, if had, is its
+// record before the request): when it came back and
 // what its fallback divides by, and for a window (epoch the current one)
 // what the node has reported in it since it came back (counted, this
 // request's). A window holder comes back so when the
 // store reserved for it in this window: its lease ended by the window's
 // start, or it came back in this window before and its lease ended again
 // (its answer may have been lost).
-func (st *state) markBack(r *rules.Rule, node string, prev holder, had bool, now, consumed, epoch int64, counted float64) {
+func (st *state) markBack(r *rules.Rule, req *AcquireRequest, prev holder, had bool, now, epoch int64, counted float64) {
 	if !had || !prev.known(now, absenceUS(r)) || mutate.On(mutate.ForgiveLate) {
 		return
 	}
@@ -139,16 +140,17 @@ func (st *state) markBack(r *rules.Rule, node string, prev holder, had bool, now
 	if r.Algorithm != rules.TokenBucket {
 		end = min(end, (prev.epoch+1)*p) // a window's lease ends with its window
 	}
-	// (A return that reports nothing is not taken for one: a fixed
-	// window's every lease ends with its window, so every renewal in a
-	// new window would keep its holder's l/n back from the others until
-	// its next request, which cost a fleet 200 ms away a third of each
-	// window. A fallback that admitted only after its return left is not
-	// covered: docs/bounds.md, gaps.)
-	if end > now || consumed <= 0 {
+	// (A return that reports nothing and was not sent on the fallback is
+	// not taken for one: a fixed window's every lease ends with its
+	// window, so every renewal in a new window would keep its holder's l/n
+	// back from the others until its next request, which cost a fleet
+	// 200 ms away a third of each window. A node that took the allocator
+	// for down when it sent says so: its fallback may admit while the
+	// request is on its way, before anything was there to report.)
+	if end > now || (req.Consumed <= 0 && !req.OnFallback) {
 		return
 	}
-	h := st.holders[node]
+	h := st.holders[req.Node]
 	h.back, h.backN = now, prev.shareN()
 	if r.Algorithm != rules.TokenBucket {
 		switch {
@@ -160,7 +162,7 @@ func (st *state) markBack(r *rules.Rule, node string, prev holder, had bool, now
 			return
 		}
 	}
-	st.holders[node] = h
+	st.holders[req.Node] = h
 }
 
 // windowReserve is what a window keeps back for the holders that may fall

@@ -184,7 +184,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 		FullFor: us(fullFor), FullInTTL: us(fullInTTL)}
 	// Back from its fallback, it keeps its reservation until its next
 	// request: it admits on it until this answer arrives.
-	st.markBack(r, req.Node, prev, had, now, req.Consumed, 0, 0)
+	st.markBack(r, req, prev, had, now, 0, 0)
 	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 	if g < req.Want {
 		need := math.Min(float64(req.Want-g), capacity)

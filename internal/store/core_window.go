@@ -70,7 +70,7 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	// Back from its fallback, it keeps the rest of its l/n in this window
 	// until its next request: it admits on it until this answer arrives,
 	// and pays for that from this grant first.
-	st.markBack(r, req.Node, prev, had, now, req.Consumed, epoch, added)
+	st.markBack(r, req, prev, had, now, epoch, added)
 	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, FallbackNodes: told, Epoch: epoch}
 	l.Remaining = int64(math.Floor(math.Max(limit-used-float64(g), 0)))
 	end := start + p

@@ -143,6 +143,7 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 				req.Returned = rng.Int64N(11)
 			}
 			req.Held, req.HeldKnown = randomHeld(rng)
+			req.OnFallback = rng.IntN(4) == 0
 			req.Seq = rng.Int64N(3) // 0: none; else it may repeat the node's last: a replay
 			if rng.IntN(6) == 0 {   // a strict rule: a report of consumption only
 				strict := all[len(all)-1]

@@ -58,6 +58,11 @@ type AcquireRequest struct {
 	// the key until this request's answer arrives, at least (the
 	// FallbackNodes of its last lease on it); 0 when it does not say.
 	FallbackNodes int64
+	// OnFallback says the node sent the request while it took the
+	// allocator for unreachable: it may admit on its fallback until the
+	// answer arrives, and a holder back from an absence keeps its
+	// reservation until its next request even when it reports nothing.
+	OnFallback bool
 }
 
 // Reportable reports whether the store may take the request: any request

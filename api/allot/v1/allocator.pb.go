@@ -239,6 +239,15 @@ type LeaseRequest struct {
 	// (see Lease.fallback_nodes). 0: none yet, or a node before this field
 	// (taken to divide by what it was told last).
 	FallbackNodes uint32 `protobuf:"varint,11,opt,name=fallback_nodes,json=fallbackNodes,proto3" json:"fallback_nodes,omitempty"`
+	// The node sent this request while it took the allocator for
+	// unreachable (its calls had failed), and may admit on its fallback
+	// until the answer arrives. A holder whose lease had ended then keeps its
+	// fallback share reserved until its next request, as one that reports
+	// consumption does (see consumed_age): what its fallback admits while
+	// this request is on its way is not lent to the others meanwhile. False
+	// from a node before this field, which is then taken to be back only
+	// when it reports consumption.
+	OnFallback    bool `protobuf:"varint,12,opt,name=on_fallback,json=onFallback,proto3" json:"on_fallback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -348,6 +357,13 @@ func (x *LeaseRequest) GetFallbackNodes() uint32 {
 		return x.FallbackNodes
 	}
 	return 0
+}
+
+func (x *LeaseRequest) GetOnFallback() bool {
+	if x != nil {
+		return x.OnFallback
+	}
+	return false
 }
 
 type AcquireResponse struct {
@@ -1279,7 +1295,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xdd\x02\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xfe\x02\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1292,7 +1308,9 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x03seq\x18\t \x01(\x04R\x03seq\x12\x17\n" +
 	"\x04held\x18\n" +
 	" \x01(\x03H\x00R\x04held\x88\x01\x01\x12%\n" +
-	"\x0efallback_nodes\x18\v \x01(\rR\rfallbackNodesB\a\n" +
+	"\x0efallback_nodes\x18\v \x01(\rR\rfallbackNodes\x12\x1f\n" +
+	"\von_fallback\x18\f \x01(\bR\n" +
+	"onFallbackB\a\n" +
 	"\x05_held\"u\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +

@@ -223,7 +223,7 @@ local function mark_back(st, req, prev, now, epoch, counted, window)
   if window then
     stop = min(stop, (prev[8] + 1) * period)
   end
-  if stop > now or req.consumed <= 0 then
+  if stop > now or (req.consumed <= 0 and not req.on_fallback) then
     return
   end
   local used = 0

@@ -141,3 +141,42 @@ func testAbsentHoldersAreKept(t *testing.T, h Harness) {
 		t.Fatalf("after b released: %+v, want 1 holder", l)
 	}
 }
+
+// A holder back from an absence whose request says it was sent on the
+// fallback keeps its reservation until its next request though it reports
+// nothing: its fallback may admit while the request is on its way. One that
+// does not say so, and reports nothing, is a renewal: its reservation ends.
+func testFallbackReturnKeepsReservation(t *testing.T, h Harness) {
+	needFakeClock(t, h)
+	for _, alg := range []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow} {
+		s := h.New(t)
+		r := rule(t, rules.Rule{Name: "fw", Algorithm: alg, Limit: 100, Period: time.Second,
+			Lease: rules.LeaseTuning{TTL: 100 * time.Millisecond}})
+		toBoundary(t, h, s, r)
+		for _, k := range []string{"sent-on-fallback", "renewal"} {
+			absentAt(t, s, r, k, 0)
+		}
+		h.Advance(t, time.Second) // the next window: a's half, 50, reserved
+		for _, tc := range []struct {
+			key        string
+			onFallback bool
+			left       int64
+		}{
+			// a's part kept back until its next request: by the smaller of
+			// the counts it was told, 1 now that it is the key's only
+			// holder (its answer says so), so all of it.
+			{"sent-on-fallback", true, 0},
+			{"renewal", false, 100},
+		} {
+			acquireRate(t, s, store.AcquireRequest{Rule: r, Key: tc.key, Node: "a", OnFallback: tc.onFallback})
+			if d := check(t, s, r, tc.key, 0); d.Remaining != tc.left {
+				t.Fatalf("%s %s: after a's return %+v, want %d of 100 left", alg, tc.key, d, tc.left)
+			}
+		}
+		// a's next request ends it.
+		acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "sent-on-fallback", Node: "a"})
+		if d := check(t, s, r, "sent-on-fallback", 0); d.Remaining != 100 {
+			t.Fatalf("%s: after a's next request %+v, want all 100 left", alg, d)
+		}
+	}
+}

@@ -119,6 +119,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseForgetsHolder", testReleaseForgetsHolder},
 		{"AbsentHolderReservesBucket", testAbsentHolderReservesBucket},
 		{"AbsentHolderReservesWindow", testAbsentHolderReservesWindow},
+		{"FallbackReturnKeepsReservation", testFallbackReturnKeepsReservation},
 		{"AbsentHoldersAreKept", testAbsentHoldersAreKept},
 		{"BackHolderKeepsReservationBucket", testBackHolderKeepsReservationBucket},
 		{"BackHolderKeepsReservationWindow", testBackHolderKeepsReservationWindow},
