@@ -75,7 +75,11 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 	case TokenBucket:
 		o.admitBucket(ks, ns, node, at, cost, vlo, unreserved)
 	case FixedWindow, SlidingWindow:
-		o.admitWindow(ks, ns, node, at, storeAt, cost, vlo, unreserved, mode == Fallback && o.misplaced(node, at))
+		var off time.Duration
+		if mode == Fallback {
+			off = o.misplaced(node, at)
+		}
+		o.admitWindow(ks, ns, node, at, storeAt, cost, vlo, unreserved, off)
 	case SlidingLog:
 		o.admitLog(ks, ns, node, at, storeAt, cost, vlo, unreserved)
 	}
@@ -118,7 +122,7 @@ func (o *Oracle) judgeRate(ks *keyState, inv Invariant, node int, at time.Durati
 		Measured: vd.measured, Bound: vd.boundVal}, record{})
 }
 
-func (o *Oracle) admitWindow(ks *keyState, ns *nodeState, node int, at, storeAt time.Duration, cost int64, vlo int, unreserved, misplaced bool) {
+func (o *Oracle) admitWindow(ks *keyState, ns *nodeState, node int, at, storeAt time.Duration, cost int64, vlo int, unreserved bool, misplaced time.Duration) {
 	p := ks.rs.cur().Period
 	if unreserved {
 		if ns.fbCounts == nil {

@@ -120,7 +120,11 @@ type storeStep struct {
 // Further: a node that has not heard from the allocator since the step
 // (misplaced) counts its windows off by the step for as long, so every
 // window that such a node's fallback admits in is held to twice its limit,
-// the node's own fallback count to twice its part.
+// the node's own fallback count to twice its part; and a step back of d
+// stretches the store's window it lands in to P + d of true time (the
+// store keeps its later window until its clock is back there), over which
+// such a node counts 1 + ⌈d/P⌉ windows of its own: (1 + ⌈d/P⌉) times the
+// limit, and the node's part.
 func (o *Oracle) StoreClockStep(at, before, after time.Duration) {
 	lo, hi := min(before, after), max(before, after)
 	if after > before || lo < hi {
@@ -139,15 +143,22 @@ func (o *Oracle) stepSpans(from, to time.Duration) bool {
 	return false
 }
 
-// misplaced reports whether node, admitting on its fallback at at, has not
-// heard from the allocator since a step of the store's clock before at.
-func (o *Oracle) misplaced(node int, at time.Duration) bool {
+// misplaced says whether node, admitting on its fallback at at, counts its
+// windows off: it has not heard from the allocator since a step of the
+// store's clock before at. It returns the largest such step back, or a
+// nanosecond for one forward (which stretches no window); 0 for none.
+func (o *Oracle) misplaced(node int, at time.Duration) time.Duration {
+	var d time.Duration
 	for _, s := range o.forward {
 		if s.at <= at && o.heard[node] < s.at {
-			return true
+			back := time.Duration(1)
+			if !s.ahead {
+				back = max(s.after-s.before, 1)
+			}
+			d = max(d, back)
 		}
 	}
-	return false
+	return d
 }
 
 // stepped is the instant a token bucket's bounds judge an admission at:

@@ -76,3 +76,25 @@ func TestStoreClockStepMisplacesCutOffNodes(t *testing.T) {
 			want: []want{{inv: InvWindow, node: -1, from: 9 * time.Second, to: 10 * time.Second, store: true, measured: 6, bound: 5}}},
 	})
 }
+
+// A step back of d stretches the store's window it lands in to P + d of
+// true time: a node cut off since counts 1 + ⌈d/P⌉ windows of its own in
+// it, each with its part, and the window may take ⌈d/P⌉ limits more (one
+// for a step back of less than a period).
+func TestStoreClockStepBackStretchesAWindow(t *testing.T) {
+	w := window(FixedWindow, 5, time.Second)
+	// Store window 2 from true 2 s; stepped back 2.5 s at 2.9 s, it stays
+	// in window 2 until true 5.5 s: the cut-off node 2 counts its windows
+	// 2, 3, 4 and 5 in it.
+	base := []ev{faulty(0, 20*time.Second), setRule(0, w), grant(0, 0, 1, 1, 0, time.Second),
+		grant(0, 0, 2, 1, 0, time.Second), manyS(2*time.Second, 2*time.Second, 1, 5, Lease),
+		step(2900*ms, 2900*ms, 400*ms)}
+	fallback := func(at time.Duration, n int) ev { return manyS(at, 2*time.Second, 2, n, Fallback) }
+	runCases(t, []tcase{
+		{name: "three limits more in a window stretched by 2.5 periods", evs: append(append([]ev(nil), base...),
+			fallback(3100*ms, 5), fallback(4100*ms, 5), fallback(5100*ms, 5))},
+		{name: "past them", evs: append(append([]ev(nil), base...),
+			fallback(3100*ms, 5), fallback(4100*ms, 5), fallback(5100*ms, 6)),
+			want: []want{{inv: InvWindow, node: -1, from: 2 * time.Second, to: 3 * time.Second, store: true, measured: 21, bound: 20}}},
+	})
+}

@@ -29,8 +29,9 @@ type wcount struct {
 	k, sum int64
 	v      int // the oldest lookback among the window's admissions
 	// misplaced: a node that counted its windows off by a store clock
-	// step admitted in it (Oracle.StoreClockStep): one limit more.
-	misplaced bool
+	// step of this much admitted in it (Oracle.StoreClockStep): ⌈d/P⌉
+	// limits more (one for a step forward, or back by less than P).
+	misplaced time.Duration
 }
 
 // countVerdict is a window count's answer: ok, or the window's count and
@@ -45,9 +46,10 @@ func newWindowCounts(rs *ruleState, kind boundKind, n int, p time.Duration) *win
 	return &windowCounts{p: p, rs: rs, kind: kind, n: n}
 }
 
-// add counts c in the window of storeAt, with lookback v; misplaced says it
-// came from a node counting its windows off by a store clock step.
-func (wc *windowCounts) add(storeAt time.Duration, c int64, v int, misplaced bool) countVerdict {
+// add counts c in the window of storeAt, with lookback v; misplaced, if
+// not 0, says it came from a node counting its windows off by a store clock
+// step of that much.
+func (wc *windowCounts) add(storeAt time.Duration, c int64, v int, misplaced time.Duration) countVerdict {
 	k := floorDiv(storeAt, wc.p)
 	i, found := slices.BinarySearchFunc(wc.ws, k, func(w wcount, k int64) int {
 		switch {
@@ -71,10 +73,11 @@ func (wc *windowCounts) add(storeAt time.Duration, c int64, v int, misplaced boo
 	w := &wc.ws[i]
 	w.sum += c
 	w.v = min(w.v, v)
-	w.misplaced = w.misplaced || misplaced
+	w.misplaced = max(w.misplaced, misplaced)
 	bd := wc.rs.bound(wc.kind, w.v, wc.n)
-	if w.misplaced {
-		bd += wc.rs.bound(wc.kind, w.v, wc.n)
+	if w.misplaced > 0 {
+		extra := (w.misplaced + wc.p - 1) / wc.p // ⌈d/P⌉: at least one
+		bd += float64(extra) * wc.rs.bound(wc.kind, w.v, wc.n)
 	} else if wc.forward != nil {
 		lo, hi := time.Duration(k)*wc.p, time.Duration(k+1)*wc.p
 		for _, s := range *wc.forward {
