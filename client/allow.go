@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -231,6 +232,15 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 		d := Decision{Allowed: v.Allowed, Limit: r.Limit, Remaining: v.Remaining,
 			RetryAfter: v.RetryAfter, ResetAfter: v.ResetAfter, Mode: mode, Rule: r.Name}
 		if !v.Allowed {
+			if mode == ModeLease {
+				// Refused on an empty lease: its refill comes from this
+				// node's own loop and calls. A caller that asks again at
+				// once (a worker spinning on Allow) must let them run, or
+				// callers that saturate the CPU starve the lease they wait
+				// on, the loop's renewals and their answers waiting behind
+				// the spinning callers (TestSaturated).
+				runtime.Gosched()
+			}
 			return d, spend{}, nil
 		}
 		return d, spend{key: k, v: v, n: n}, nil

@@ -21,6 +21,10 @@ rules:
     limit: 1000000000000
     period: 1s
     lease: { min: 100000000000, max: 100000000000, ttl: 1h, refresh: 1s }
+  - name: spent
+    algorithm: token_bucket
+    limit: 1
+    period: 1h
 `
 
 // BenchmarkAllow compares a decision on a leased key with
@@ -45,6 +49,34 @@ func BenchmarkAllow(b *testing.B) {
 		for b.Loop() {
 			if !lim.Allow() {
 				b.Fatal("refused")
+			}
+		}
+	})
+}
+
+// BenchmarkAllowRefused is a refusal from a leased key whose lease is
+// spent, against x/time/rate's refusal: the path a flood of refused callers
+// takes, which yields its processor to the node's own loop (see decide).
+func BenchmarkAllowRefused(b *testing.B) {
+	a := memoryAllocator(b, benchRules)
+	c := newClient(b, client.Config{Allocators: []string{a.Addr()}})
+	ctx := context.Background()
+	leased(b, c, "spent", "user-42") // its one token, spent
+	b.Run("allot_leased_spent", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, err := c.AllowN(ctx, "spent", "user-42", 1); err != nil || d.Allowed || d.Mode != client.ModeLease {
+				b.Fatalf("%+v %v, want refused on the lease", d, err)
+			}
+		}
+	})
+	b.Run("x_time_rate", func(b *testing.B) {
+		lim := rate.NewLimiter(rate.Limit(1.0/3600), 1)
+		lim.Allow()
+		b.ReportAllocs()
+		for b.Loop() {
+			if lim.Allow() {
+				b.Fatal("allowed")
 			}
 		}
 	})
