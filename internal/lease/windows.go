@@ -34,12 +34,14 @@ func (c *Core) learnWindows(r *rules.Rule, f *flight, g Grant, now mono) {
 		return // (a store clock stepped between the answer's parts: say nothing)
 	}
 	w := fallback.Windows{Lo: lo, Hi: hi, Known: true}
-	if old := c.windows.Load(); old != nil && old.Lo <= hi && lo <= old.Hi {
-		// Both hold, unless the store's clock stepped; where they overlap
-		// is where it is. A narrow new one stands on its own.
-		if hi-lo > old.Hi-old.Lo {
-			w.Lo, w.Hi = max(lo, old.Lo), min(hi, old.Hi)
-		}
+	if old := c.windows.Load(); old != nil && lo <= old.Lo && old.Hi <= hi {
+		// The new one holds the old: the old, narrower, stands. One that
+		// only overlaps it is not narrowed by it: the store's clock may
+		// have stepped since the old was learned, and where the two
+		// overlap may then hold neither (a node 1 s away, its samples as
+		// wide as a window, kept counting its fallback in windows the
+		// step had moved). Only the new one is certain now.
+		w.Lo, w.Hi = old.Lo, old.Hi
 	}
 	c.windows.Store(&w)
 }

@@ -151,3 +151,39 @@ func TestWindowsGuessIsKept(t *testing.T) {
 		t.Fatalf("windows %+v after the wall clock stepped, want the first guess %+v", w, first)
 	}
 }
+
+// Two window grants whose samples only overlap do not narrow each other:
+// the store's clock may have stepped between them, and their overlap may
+// then hold neither; the later sample stands. One that holds the earlier
+// estimate leaves it as it was, and a narrower one inside it replaces it.
+// (Rule win: 100 per 1 s window, a 2 s TTL; each grant, of 50 ms, is cut
+// short by its window's end, so the store's clock reads mono + d with d in
+// [end − TTL − answer, end − TTL − sent].)
+func TestWindowSamplesThatOnlyOverlapDoNotNarrow(t *testing.T) {
+	g := newRig(t, nil)
+	r := g.table("win").Rule()
+	const ms = time.Millisecond
+	sample := func(epoch int64, sent, answer time.Duration) {
+		f := &flight{sent: monoAt(sent)}
+		g.core.learnWindows(r, f, Grant{Epoch: epoch, TTL: 50 * ms}, monoAt(answer))
+	}
+	// end − TTL = 10 s − 50 ms = 9.95 s for epoch 9.
+	steps := []struct {
+		name         string
+		epoch        int64
+		sent, answer time.Duration
+		lo, hi       time.Duration
+	}{
+		{"t0: learned: d in [9.94 s, 9.95 s]", 9, 0, 10 * ms, 9940 * ms, 9950 * ms},
+		{"t1: a wider sample that holds it: kept", 9, 0, 20 * ms, 9940 * ms, 9950 * ms},
+		{"t2: a narrower one inside it: taken", 9, 2 * ms, 8 * ms, 9942 * ms, 9948 * ms},
+		{"t3: the store's clock stepped: a wider sample that only overlaps stands alone, not the overlap",
+			9, 5 * ms, 30 * ms, 9920 * ms, 9945 * ms},
+	}
+	for _, s := range steps {
+		sample(s.epoch, s.sent, s.answer)
+		if w := g.core.Windows(0); !w.Known || w.Lo != s.lo || w.Hi != s.hi {
+			t.Fatalf("%s: windows [%v, %v], want [%v, %v]", s.name, w.Lo, w.Hi, s.lo, s.hi)
+		}
+	}
+}

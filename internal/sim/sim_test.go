@@ -32,6 +32,9 @@ var regressions = []uint64{
 	// A fixed window's fallback counted afresh after a grant of an
 	// earlier window (a replayed answer) closed its allowance.
 	19190,
+	// A far node narrowed its windows to the overlap of samples from
+	// before and after a store clock step.
+	12940, 10852,
 	// A return from a cut that reported nothing ended its reservation
 	// while its fallback admitted (until requests said on_fallback).
 	1165, 9609,
