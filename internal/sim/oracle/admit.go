@@ -77,7 +77,7 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 	case FixedWindow, SlidingWindow:
 		var off time.Duration
 		if mode == Fallback {
-			off = o.misplaced(node, at)
+			off = o.misplaced(node, at, v.Period)
 		}
 		o.admitWindow(ks, ns, node, at, storeAt, cost, vlo, unreserved, off)
 	case SlidingLog:

@@ -143,14 +143,22 @@ func (o *Oracle) stepSpans(from, to time.Duration) bool {
 	return false
 }
 
-// misplaced says whether node, admitting on its fallback at at, counts its
-// windows off: it has not heard from the allocator since a step of the
-// store's clock before at. It returns the largest such step back, or a
-// nanosecond for one forward (which stretches no window); 0 for none.
-func (o *Oracle) misplaced(node int, at time.Duration) time.Duration {
+// misplaced says whether node, admitting on its fallback at at on a window
+// rule of period p, counts its windows off: it has not heard from the
+// allocator since a step of the store's clock before at settled. A step
+// forward settles at once; one back when the store's clock is back at the
+// end of the window it kept (until then its grants name that window while
+// its clock reads earlier, and teach the node windows off by the gap). It
+// returns the largest such step back, or a nanosecond for one forward
+// (which stretches no window); 0 for none.
+func (o *Oracle) misplaced(node int, at, p time.Duration) time.Duration {
 	var d time.Duration
 	for _, s := range o.forward {
-		if s.at <= at && o.heard[node] < s.at {
+		settled := s.at
+		if !s.ahead {
+			settled += time.Duration(floorDiv(s.after, p)+1)*p - s.before
+		}
+		if s.at <= at && o.heard[node] < settled {
 			back := time.Duration(1)
 			if !s.ahead {
 				back = max(s.after-s.before, 1)

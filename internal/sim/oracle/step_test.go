@@ -98,3 +98,25 @@ func TestStoreClockStepBackStretchesAWindow(t *testing.T) {
 			want: []want{{inv: InvWindow, node: -1, from: 2 * time.Second, to: 3 * time.Second, store: true, measured: 21, bound: 20}}},
 	})
 }
+
+// A step back settles only when the store's clock is back at the end of
+// the window it kept: a grant meanwhile names that window while the
+// clock reads earlier, and teaches the node windows off by the gap. A node
+// cut off after hearing within the stretch is misplaced still; one that
+// heard after it is not.
+func TestStoreClockStepBackSettlesAtTheKeptWindowsEnd(t *testing.T) {
+	w := window(FixedWindow, 5, time.Second)
+	// Stepped back from 2.9 s to 0.4 s at true 2.9 s: the store keeps
+	// window 2 until its clock reads 3 s, at true 5.5 s.
+	const far = 9500 * ms
+	heardAt := func(at time.Duration) []ev {
+		return []ev{faulty(0, 20*time.Second), setRule(0, w), grant(0, 0, 1, 1, 0, time.Second),
+			grant(0, 0, 2, 1, 0, time.Second), step(2900*ms, 2900*ms, 400*ms), grant(at, at, 2, 1, 0, time.Second),
+			manyS(far, far, 1, 5, Lease), manyS(far, far, 2, 3, Fallback)}
+	}
+	runCases(t, []tcase{
+		{name: "heard within the stretch: misplaced", evs: heardAt(4 * time.Second)},
+		{name: "heard after it: not", evs: heardAt(6 * time.Second),
+			want: []want{{inv: InvWindow, node: -1, from: 9 * time.Second, to: 10 * time.Second, store: true, measured: 6, bound: 5}}},
+	})
+}
