@@ -132,6 +132,17 @@ func (o *Oracle) StoreClockStep(at, before, after time.Duration) {
 	}
 }
 
+// steppedAhead reports whether the store's clock stepped forward at a true
+// time in [from, to].
+func (o *Oracle) steppedAhead(from, to time.Duration) bool {
+	for _, s := range o.forward {
+		if s.ahead && from <= s.at && s.at <= to {
+			return true
+		}
+	}
+	return false
+}
+
 // stepSpans reports whether a step of the store's clock spans store times
 // in [from, to].
 func (o *Oracle) stepSpans(from, to time.Duration) bool {

@@ -79,6 +79,15 @@ func TestSlidingWindow(t *testing.T) {
 			want: []want{{inv: InvSlidingTwice, node: -1, from: t0, to: t2, measured: 11, bound: 10}}},
 		{name: "P of true time is half-open", evs: append(spread, admS(t3, 2100*ms, 3, 5, Lease))},
 	})
+	// The same, the clock stepped forward at t1 (a step recorded): leases
+	// of store window 0 spent after it beside two later windows, three
+	// limits in P of true time, and no more.
+	ahead := []ev{setRule(0, r), admS(t0, t0, 1, 5, Lease), step(t1, t1, 2100*ms), admS(t1, 2100*ms, 2, 5, Lease)}
+	runCases(t, []tcase{
+		{name: "a step forward: 3·l in P of true time", evs: append(ahead[:len(ahead):len(ahead)], admS(t2, 3100*ms, 3, 5, Lease))},
+		{name: "past 3·l", evs: append(ahead[:len(ahead):len(ahead)], admS(t2, 3100*ms, 3, 5, Lease), admS(t2, 3100*ms, 1, 1, Lease)),
+			want: []want{{inv: InvSlidingTwice, node: -1, from: t0, to: t2, measured: 16, bound: 10}}},
+	})
 }
 
 func TestSlidingLog(t *testing.T) {
