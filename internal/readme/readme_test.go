@@ -13,6 +13,7 @@ var exampleFiles = []string{
 	"../../client/readme_example_test.go",
 	"../../client/grpclimit/readme_example_test.go",
 	"../../client/httplimit/readme_example_test.go",
+	"../../client/idempotency/readme_example_test.go",
 	"example_test.go",
 }
 
