@@ -252,13 +252,13 @@ func TestRequestBodyBounded(t *testing.T) {
 func TestClaimKeptWhileHandlerRuns(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s Store) {
 		svc := &service{started: make(chan struct{}, 1), gate: make(chan struct{})}
-		h := newMW(t, s, Options{LockTTL: 30 * time.Millisecond}).Wrap(svc)
+		h := newMW(t, s, Options{LockTTL: 100 * time.Millisecond}).Wrap(svc)
 		key := newToken()
 		done := make(chan struct{})
 		go func() { serve(h, request("POST", key, "x")); close(done) }()
 		<-svc.started
-		// Five lock TTLs: only renewal keeps the claim.
-		for deadline := time.Now().Add(150 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		// Four lock TTLs: only renewal keeps the claim.
+		for deadline := time.Now().Add(400 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			wantStatus(t, serve(h, request("POST", key, "x")), 409, "a duplicate while the handler runs past its lock TTL")
 		}
 		close(svc.gate)

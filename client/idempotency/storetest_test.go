@@ -103,7 +103,7 @@ func TestStoreConformance(t *testing.T) {
 	}
 }
 
-const lock = 40 * time.Millisecond // short: Redis waits it out for real
+const lock = 100 * time.Millisecond // short: Redis waits it out for real
 
 func mustClaim(t *testing.T, s Store, key, token, fp string, want State) Claim {
 	t.Helper()
