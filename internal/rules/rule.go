@@ -71,10 +71,14 @@ type Rule struct {
 	Name      string
 	Algorithm Algorithm
 	Limit     int64         // tokens per Period
-	Period    time.Duration //
-	Burst     int64         // capacity; equals Limit for window algorithms
-	Failure   Failure
-	Strict    bool // decided by Check for every request; true for sliding_log
+	Period    time.Duration // for a calendar rule, its unit's longest length (calendar.go)
+	// Calendar, when set, aligns a fixed window's periods to the calendar
+	// in a time zone (calendar.go). Such a rule is strict: its nodes know
+	// only Period, not the calendar, so the allocator decides each request.
+	Calendar Calendar
+	Burst    int64 // capacity; equals Limit for window algorithms
+	Failure  Failure
+	Strict   bool // decided by Check for every request; true for sliding_log
 	// Shadow decides and counts but never refuses: nodes admit what the
 	// rule would refuse and report it (Decision.Shadow, metrics). This is
 	// how a new rule is rolled out.
@@ -190,6 +194,9 @@ func (r *Rule) Normalize() error {
 	if r.Limit <= 0 || r.Limit > MaxLimit {
 		return bad("limit", "must be between 1 and %d, got %d", MaxLimit, r.Limit)
 	}
+	if err := r.normalizeCalendar(bad); err != nil {
+		return err
+	}
 	if r.Period < MinPeriod || r.Period > MaxPeriod {
 		return bad("period", "must be between %v and %v, got %v", MinPeriod, MaxPeriod, r.Period)
 	}
@@ -213,6 +220,45 @@ func (r *Rule) Normalize() error {
 	}
 	return r.normalizeOverrides(bad)
 }
+
+// normalizeCalendar checks a calendar period and sets what follows from
+// it: the rule's nominal Period, and strict. Calendar windows are for fixed
+// windows only: a sliding window weighs the window before by how much of
+// it one period back still covers, which has no meaning when periods
+// differ in length (a 31-day month after a 28-day one), a sliding log
+// counts the period before each request, and a token bucket refills at a
+// rate. The nodes' lease and fallback machinery counts windows as
+// floor(now/Period), which calendar windows are not, and the wire does not
+// carry the calendar to them: so the allocator decides every request.
+func (r *Rule) normalizeCalendar(bad func(string, string, ...any) error) error {
+	c := &r.Calendar
+	if c.IsZero() {
+		if c.Zone != "" {
+			return bad("time_zone", "is for calendar periods (period: day, week, month or year); a duration such as 24h counts from the Unix epoch, in UTC")
+		}
+		return nil
+	}
+	if _, ok := calendarNames[c.Unit]; !ok {
+		return bad("period", "unknown calendar unit %v (want day, week, month or year)", c.Unit)
+	}
+	switch r.Algorithm {
+	case TokenBucket:
+		return bad("period", "%v is a calendar period, for fixed_window rules: a token_bucket refills at a rate, give it a duration such as 24h", c.Unit)
+	case SlidingWindow:
+		return bad("period", "%v is a calendar period, for fixed_window rules: a sliding_window weighs its previous window by how much of it one period back still covers, and calendar periods differ in length (a 31-day month after a 28-day one); use fixed_window, or a duration such as 720h", c.Unit)
+	case SlidingLog:
+		return bad("period", "%v is a calendar period, for fixed_window rules: a sliding_log counts the period before each request, which no calendar aligns; use fixed_window, or a duration such as 24h", c.Unit)
+	}
+	if err := c.load(); err != nil {
+		return bad("time_zone", "%v", err)
+	}
+	r.Period = c.Unit.nominal()
+	r.Strict = true
+	return nil
+}
+
+// IsCalendar reports whether the rule's windows follow the calendar.
+func (r *Rule) IsCalendar() bool { return !r.Calendar.IsZero() }
 
 func (r *Rule) normalizeBurst(bad func(string, string, ...any) error) error {
 	if r.Algorithm != TokenBucket {

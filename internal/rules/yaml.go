@@ -202,7 +202,18 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 	case "limit":
 		r.Limit, err = scalarInt(v)
 	case "period":
-		r.Period, err = scalarDuration(v)
+		if u, ok := parseCalendarUnit(v.Value); ok && v.Kind == yaml.ScalarNode {
+			r.Calendar.Unit = u
+			break
+		}
+		if r.Period, err = scalarDuration(v); err != nil {
+			err = fmt.Errorf("%v, or a calendar period: day, week, month or year", err)
+		}
+	case "time_zone":
+		if v.Kind != yaml.ScalarNode || v.Value == "" {
+			err = errors.New("must be an IANA time zone name such as Europe/Paris")
+		}
+		r.Calendar.Zone = v.Value
 	case "burst":
 		r.Burst, err = scalarInt(v)
 	case "failure":
@@ -216,7 +227,7 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 	case "overrides":
 		return p.overrides(r, label, v)
 	default:
-		err = errors.New("unknown field (name, algorithm, limit, period, burst, failure, strict, shadow, lease, overrides)")
+		err = errors.New("unknown field (name, algorithm, limit, period, time_zone, burst, failure, strict, shadow, lease, overrides)")
 	}
 	if err != nil {
 		return p.fail(v, label, fieldName(name), "%v", err)
