@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/allot-dev/allot/internal/rules"
@@ -80,6 +81,11 @@ func periodUS(r *rules.Rule) int64 { return r.Period.Microseconds() }
 // ends, as the clock never passes it). A token bucket's state means the
 // same whatever the rate.
 func stateVariant(r *rules.Rule) string {
+	if r.IsCalendar() {
+		// A calendar window is indexed by its start: another unit or zone
+		// would find its stored window misplaced.
+		return "@" + strings.ReplaceAll(r.Calendar.String(), " ", ":")
+	}
 	if r.Algorithm == rules.FixedWindow || r.Algorithm == rules.SlidingWindow {
 		return "@" + strconv.FormatInt(periodUS(r), 36)
 	}
@@ -199,12 +205,12 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 		st.reportLog(r, now, req)
 		l.Remaining = r.Limit - st.logCount()
 	default:
-		_, start, at := st.roll(r, now)
+		_, start, end, at := st.roll(r, now)
 		st.debitWindow(r, consumed, req.ConsumedAge, at, start)
 		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
 		st.expires = start + 2*periodUS(r) + ttl
 		if r.Algorithm == rules.FixedWindow {
-			st.expires = start + periodUS(r) + ttl
+			st.expires = end + ttl
 		}
 		st.expires = max(st.expires, st.keptUntil(r))
 	}
@@ -226,7 +232,7 @@ func (st *state) release(r *rules.Rule, now int64, ret *Return) {
 	case rules.FixedWindow, rules.SlidingWindow:
 		credited, _ := st.giveBack(ret.Node, now, ttl, ret.Epoch, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
 		delete(st.holders, ret.Node)
-		epoch, _, _ := st.roll(r, now)
+		epoch, _, _, _ := st.roll(r, now)
 		st.credit(r, epoch, credited, ret.Epoch)
 	}
 }

@@ -11,13 +11,27 @@ import (
 // core.go).
 
 // roll moves a window state to the window holding now and returns that
-// window's index and start, and the instant to decide at. A window never
-// moves backwards: when the store's clock has stepped back before the
-// state's window (a failover to a replica whose clock is behind), the state
-// stays in its window and the decision is made at that window's start, so a
-// full window stays full and a sliding window weighs its previous one in
-// full, until the clock is past it again.
-func (st *state) roll(r *rules.Rule, now int64) (epoch, start, at int64) {
+// window's index, its start and end, and the instant to decide at. A
+// window never moves backwards: when the store's clock has stepped back
+// before the state's window (a failover to a replica whose clock is
+// behind), the state stays in its window and the decision is made at that
+// window's start, so a full window stays full and a sliding window weighs
+// its previous one in full, until the clock is past it again.
+//
+// A calendar window (rules.Calendar) is indexed by its start in µs, not by
+// floor(now/period), and its state keeps the window's end in prev (which a
+// fixed window does not use otherwise): the window's length is the
+// calendar's, and a clock that stepped back finds it in the state. Calendar
+// rules are strict, so they have no holders: what the lease paths compute
+// from a holder's epoch and the period never meets them.
+func (st *state) roll(r *rules.Rule, now int64) (epoch, start, end, at int64) {
+	if r.IsCalendar() {
+		start, end := r.Calendar.Window(now)
+		if start > st.stamp {
+			st.tokens, st.stamp, st.prev = 0, start, float64(end)
+		}
+		return st.stamp, st.stamp, int64(st.prev), max(now, st.stamp)
+	}
 	p := periodUS(r)
 	epoch = max(now/p, st.stamp)
 	if st.stamp != epoch {
@@ -29,7 +43,7 @@ func (st *state) roll(r *rules.Rule, now int64) (epoch, start, at int64) {
 		st.tokens, st.stamp = 0, epoch
 	}
 	start = epoch * p
-	return epoch, start, max(now, start)
+	return epoch, start, start + p, max(now, start)
 }
 
 // estimate is the sliding window counter: the previous window weighted by
@@ -42,7 +56,7 @@ func (st *state) estimate(r *rules.Rule, now, start int64) float64 {
 
 func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	limit, p := float64(r.Limit), periodUS(r)
-	epoch, start, at := st.roll(r, now)
+	epoch, start, end, at := st.roll(r, now)
 	// What the holder was lent in an ended window is gone with it: it may
 	// give back only what it was lent in this one.
 	report := reportOf(req.Held, req.HeldKnown)
@@ -73,7 +87,6 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	st.markBack(r, req, prev, had, now, epoch, added)
 	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, FallbackNodes: told, Epoch: epoch}
 	l.Remaining = int64(math.Floor(math.Max(limit-used-float64(g), 0)))
-	end := start + p
 	// Tokens of a window die with it: spent in the next one, what the store
 	// counted in this one would come on top of what it lends there (a
 	// sliding window's two-second lease over one-second windows let its one
@@ -144,7 +157,7 @@ func (st *state) credit(r *rules.Rule, epoch, n, from int64) {
 
 func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	limit, p := float64(r.Limit), periodUS(r)
-	_, start, at := st.roll(r, now)
+	_, start, end, at := st.roll(r, now)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {
 		used = st.estimate(r, at, start)
@@ -159,7 +172,6 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 		d.Allowed = true
 	}
 	d.Remaining = int64(math.Floor(math.Max(limit-used, 0)))
-	end := start + p
 	if r.Algorithm == rules.FixedWindow {
 		if !d.Allowed {
 			d.RetryAfter = us(end - at)

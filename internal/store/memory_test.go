@@ -28,6 +28,7 @@ func TestMemoryConformance(t *testing.T) {
 		Advance:   func(t *testing.T, d time.Duration) { clk.Advance(d) },
 		StepBack:  func(t *testing.T, d time.Duration) { clk.Advance(-d) },
 		FakeClock: true,
+		Now:       func() time.Time { return clk.Now() },
 	})
 }
 

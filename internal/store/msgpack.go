@@ -55,6 +55,15 @@ func (m msgpack) float(f float64) msgpack {
 	return binary.BigEndian.AppendUint64(append(m, 0xcb), math.Float64bits(f))
 }
 
+// array starts an array of n values, which follow it: cmsgpack reads it
+// as one Lua table.
+func (m msgpack) array(n int) msgpack {
+	if n < 16 {
+		return append(m, 0x90|byte(n))
+	}
+	return binary.BigEndian.AppendUint16(append(m, 0xdc), uint16(n))
+}
+
 func (m msgpack) bool(b bool) msgpack {
 	if b {
 		return m.int(1)

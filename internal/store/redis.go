@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/allot-dev/allot/internal/clock"
 	"github.com/allot-dev/allot/internal/rules"
 )
 
@@ -25,7 +26,8 @@ type Redis struct {
 	owned   bool // Close closes the client: DialRedis made it
 	timeout time.Duration
 	prefix  string
-	cap     redisKeys // the cap on the database's keys (redis_keys.go)
+	clk     clock.Clock // where calendar windows are looked for (ruleArgs)
+	cap     redisKeys   // the cap on the database's keys (redis_keys.go)
 	closing sync.Once
 }
 
@@ -47,6 +49,10 @@ type RedisOptions struct {
 	// other's): at it, a call that would add a key gets a *FullError and
 	// keys held keep deciding. Negative: no cap. default: DefaultRedisMaxKeys
 	MaxKeys int64
+	// Clock is the allocator's clock, which says around which instant to
+	// send a calendar rule's window boundaries: Redis TIME still picks the
+	// instant among them (ruleArgs). default: clock.Real()
+	Clock clock.Clock
 }
 
 const (
@@ -63,6 +69,9 @@ func (o RedisOptions) withDefaults() RedisOptions {
 	}
 	if o.MaxKeys == 0 {
 		o.MaxKeys = DefaultRedisMaxKeys
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real()
 	}
 	return o
 }
@@ -92,7 +101,7 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 		return nil, err
 	}
 	_, cluster := client.(*redis.ClusterClient)
-	s := &Redis{client: client, cluster: cluster, timeout: opts.Timeout, prefix: opts.KeyPrefix}
+	s := &Redis{client: client, cluster: cluster, timeout: opts.Timeout, prefix: opts.KeyPrefix, clk: opts.Clock}
 	if err := s.loadScripts(); err != nil {
 		return nil, err
 	}
@@ -231,41 +240,61 @@ func leaseReply(v []any) ([9]int64, float64, error) {
 
 // scriptCall is one operation of a script on one key.
 type scriptCall struct {
-	script *luaScript
-	op     string // 'a' acquire, 'r' release, 'c' check
-	key    string
-	args   msgpack // the key's item's arguments
+	script   *luaScript
+	op       string // 'a' acquire, 'r' release, 'c' check
+	key      string
+	args     msgpack // the key's item's arguments
+	calendar bool    // its rule's windows follow the calendar (ruleArgs)
 }
 
-// ruleArgs start the arguments of every item: the rule.
-func ruleArgs(r *rules.Rule) msgpack {
-	return make(msgpack, 0, 64).int(r.Limit).int(periodUS(r)).int(r.Burst).int(r.Lease.TTL.Microseconds())
+// ruleArgs start the arguments of every item: the rule. A calendar rule's
+// period is an array instead of a number: its nominal period, then the
+// four boundaries of the calendar windows around the allocator's clock
+// (rules.Calendar.Bounds), among which the script finds the one holding
+// Redis TIME. Lua has no time zone database, so Go does the calendar; the
+// three windows let Redis' clock be a whole period away from the
+// allocator's either way (a store clock beyond them is refused, see
+// common.lua), and a state keeps its window's end, so a clock stepped back
+// needs no boundary of the past.
+func (s *Redis) ruleArgs(r *rules.Rule) msgpack {
+	m := make(msgpack, 0, 96).int(r.Limit)
+	if r.IsCalendar() {
+		b := r.Calendar.Bounds(s.clk.Now().UnixMicro())
+		m = m.array(1 + len(b)).int(periodUS(r))
+		for _, x := range b {
+			m = m.int(x)
+		}
+	} else {
+		m = m.int(periodUS(r))
+	}
+	return m.int(r.Burst).int(r.Lease.TTL.Microseconds())
 }
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
 	// Then whether the rule is strict (the acquire only reports
 	// consumption), what the node holds (-1: it did not say), what its
 	// fallback divides by and whether it sent on its fallback.
-	args := ruleArgs(req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
+	args := s.ruleArgs(req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
 		float(req.WantRate).int(req.Returned).int(req.ReturnedEpoch).int(req.Seq).bool(!req.Rule.Leasable()).
 		int(reportOf(req.Held, req.HeldKnown).arg()).int(max(req.FallbackNodes, 0)).bool(req.OnFallback)
-	return scriptCall{scriptFor(req.Rule), "a", s.key(req.Rule, req.Key), args}
+	return scriptCall{scriptFor(req.Rule), "a", s.key(req.Rule, req.Key), args, req.Rule.IsCalendar()}
 }
 
 func (s *Redis) releaseCall(ret *Return) scriptCall {
-	args := ruleArgs(ret.Rule).str(ret.Node).int(ret.Tokens).int(ret.Epoch).int(reportOf(ret.Held, ret.HeldKnown).arg())
-	return scriptCall{scriptFor(ret.Rule), "r", s.key(ret.Rule, ret.Key), args}
+	args := s.ruleArgs(ret.Rule).str(ret.Node).int(ret.Tokens).int(ret.Epoch).int(reportOf(ret.Held, ret.HeldKnown).arg())
+	return scriptCall{scriptFor(ret.Rule), "r", s.key(ret.Rule, ret.Key), args, ret.Rule.IsCalendar()}
 }
 
 func (s *Redis) checkCall(r *rules.Rule, key string, cost int64) scriptCall {
-	return scriptCall{scriptFor(r), "c", s.key(r, key), ruleArgs(r).int(cost)}
+	return scriptCall{scriptFor(r), "c", s.key(r, key), s.ruleArgs(r).int(cost), r.IsCalendar()}
 }
 
 // key is "<prefix>:<alg>[@<period>]:{<rule>|<key>}". The algorithm is part of the name,
 // so a rule whose algorithm changes on reload starts afresh instead of
-// meeting a value of the wrong type; so is a window's period (see
-// stateVariant). The braces are a Redis Cluster hash tag that puts one
-// (rule, key) in one slot, and spreads distinct keys over slots. Rule names
+// meeting a value of the wrong type; so is a window's period, or its
+// calendar's unit and zone ("@month:Europe/Paris", see stateVariant).
+// The braces are a Redis Cluster hash tag that puts one (rule, key) in one
+// slot, and spreads distinct keys over slots. Rule names
 // never hold '|', so the name is unambiguous whatever the key holds; a '}'
 // in the key only shortens the hash tag.
 func (s *Redis) key(r *rules.Rule, key string) string {

@@ -96,6 +96,13 @@ func (f *fakeTime) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // fakeClockRedis returns a Redis store whose scripts read clk.
 func fakeClockRedis(t *testing.T, url string, clk *clock.Fake) store.Store {
 	t.Helper()
+	return fakeClockRedisWith(t, url, clk, clk)
+}
+
+// fakeClockRedisWith is fakeClockRedis whose allocator reads a clock of its
+// own: the one calendar windows are computed around.
+func fakeClockRedisWith(t *testing.T, url string, clk *clock.Fake, alloc clock.Clock) store.Store {
+	t.Helper()
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +110,7 @@ func fakeClockRedis(t *testing.T, url string, clk *clock.Fake) store.Store {
 	opts.ContextTimeoutEnabled = true
 	client := redis.NewClient(opts)
 	client.AddHook(newFakeTime(t, clk))
-	s, err := store.NewRedis(client, store.RedisOptions{Timeout: conformanceTimeout})
+	s, err := store.NewRedis(client, store.RedisOptions{Timeout: conformanceTimeout, Clock: alloc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +135,7 @@ func TestRedisConformanceOnFakeClock(t *testing.T) {
 		Advance:   func(t *testing.T, d time.Duration) { clk.Advance(d) },
 		StepBack:  func(t *testing.T, d time.Duration) { clk.Advance(-d) },
 		FakeClock: true,
+		Now:       func() time.Time { return clk.Now() },
 	})
 }
 

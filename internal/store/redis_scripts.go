@@ -62,13 +62,20 @@ func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]any, error)
 
 // batch is one script call: the calls it runs, by index, with their keys,
 // and its arguments: the calls' operation, then each call's, in the order
-// of the keys (ARGV[i+1] is KEYS[i]'s).
+// of the keys (ARGV[i+1] is KEYS[i]'s), then, when a call's rule follows
+// the calendar, calendarMark: the script then checks every calendar item's
+// boundaries before it runs any item (common.lua).
 type batch struct {
-	script *luaScript
-	calls  []int
-	keys   []string
-	args   []any
+	script   *luaScript
+	calls    []int
+	keys     []string
+	args     []any
+	calendar bool
 }
+
+// calendarMark is the argument after the items of a batch that holds
+// calendar windows.
+const calendarMark = "calendar"
 
 // maxBatchKeys bounds the keys of one script call, so that one call does
 // not hold Redis for long.
@@ -94,6 +101,12 @@ func (s *Redis) batches(calls []scriptCall) []batch {
 		b.calls = append(b.calls, i)
 		b.keys = append(b.keys, c.key)
 		b.args = append(b.args, []byte(c.args))
+		b.calendar = b.calendar || c.calendar
+	}
+	for i := range out {
+		if out[i].calendar {
+			out[i].args = append(out[i].args, calendarMark)
+		}
 	}
 	return out
 }
@@ -146,6 +159,10 @@ func (s *Redis) failure(parent context.Context, err error) error {
 		return perr
 	}
 	var rerr redis.Error
+	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), calendarClockReply) {
+		// Another allocator, whose clock is near Redis', may serve it.
+		return fmt.Errorf("%w: %w: %v", ErrUnavailable, ErrCalendarClock, err)
+	}
 	if errors.As(err, &rerr) && refused(rerr) {
 		return fmt.Errorf("%w: redis refuses the allocator's credentials: %v", ErrUnavailable, err)
 	}

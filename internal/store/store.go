@@ -122,4 +122,13 @@ var (
 	ErrNotLeasable = errors.New("store: rule is strict and cannot be leased")
 	// ErrCostAboveCapacity is returned by Check for a cost that can never pass.
 	ErrCostAboveCapacity = errors.New("store: cost exceeds the rule's capacity")
+	// ErrCalendarClock is returned, wrapped in ErrUnavailable, when Redis'
+	// clock lies outside the calendar windows the allocator computed from
+	// its own clock: the two are more than a period apart. Nothing of the
+	// call was applied.
+	ErrCalendarClock = errors.New("store: the store's clock is outside the calendar windows this allocator sent; its clock and Redis' are more than a period apart")
 )
+
+// calendarClockReply is in the scripts' error reply of ErrCalendarClock
+// (common.lua).
+const calendarClockReply = "allot: calendar: store clock outside the windows sent"

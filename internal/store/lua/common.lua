@@ -11,7 +11,8 @@
 -- array of the items' replies. (A batch of keys is one call on a single
 -- Redis; on Redis Cluster a call holds one key: one hash slot.) ARGV[i+1]
 -- holds the arguments of the item of KEYS[i], as MessagePack values one
--- after the other: limit, period (µs), burst, lease ttl (µs), then the
+-- after the other: limit, period (µs; for a calendar rule an array, see
+-- calendar_window), burst, lease ttl (µs), then the
 -- operation's own: for an acquire node, want, consumed, the consumption's
 -- age (µs), the wanted rate (tokens/s), returned tokens and their epoch,
 -- the request's sequence number (0: none), 1 when the rule is strict
@@ -58,8 +59,11 @@ local pack, unpack_all = cmsgpack.pack, cmsgpack.unpack
 local unpack_n, call = cmsgpack.unpack_limit, redis.call
 
 -- The item being run: its key and rule, and the rule's absence (µs:
--- core.go's absenceUS, set by dispatch).
-local key, limit, period, burst, ttl, absence
+-- core.go's absenceUS, set by dispatch). bounds is nil but for a calendar
+-- rule (rules.Calendar): { nominal period, then four window boundaries, µs
+-- }, computed in Go around the allocator's clock (redis.go's ruleArgs);
+-- period is then the nominal period, which rates use.
+local key, limit, period, burst, ttl, absence, bounds
 
 -- Must equal maxWaitUS in core.go.
 local max_wait = 2 ^ 50
@@ -191,6 +195,24 @@ local function save(st, now)
   end
 end
 
+-- calendar_window is the calendar window holding now among bounds: its
+-- start and end (µs). dispatch has checked that one holds it.
+local function calendar_window(now)
+  for i = 3, #bounds - 1 do
+    if now < bounds[i] then
+      return bounds[i - 1], bounds[i]
+    end
+  end
+  return bounds[#bounds - 1], bounds[#bounds]
+end
+
+-- outside_calendar reports whether a calendar item's boundaries miss the
+-- store's clock: it and the allocator's are more than a period apart.
+local function outside_calendar(args, now)
+  local _, _, p = unpack_n(args, 2, 0)
+  return type(p) == 'table' and not (now >= p[2] and now < p[#p])
+end
+
 -- sorted_sum adds xs in ascending order, as core.go's sortedSum does, so
 -- that both reach the same float whatever order the holders come in. No xs
 -- (nil: a list never started, to spare a table) sum to 0.
@@ -262,11 +284,26 @@ local function dispatch(acquire, release, check, setup)
   if not (op == 'a' and acquire or op == 'r' and release or op == 'c' and check) then
     return redis.error_reply('ERR allot: unsupported operation ' .. tostring(op))
   end
+  -- A batch holding calendar items ends with a mark (redis.go): their
+  -- windows must hold the clock, all of them before any item runs, so that
+  -- a refusal applies nothing.
+  local calendar = #ARGV > #KEYS + 1
+  if calendar then
+    for i = 1, #KEYS do
+      if outside_calendar(ARGV[i + 1], now) then
+        return redis.error_reply('ERR allot: calendar: store clock outside the windows sent (' .. fmt(now) .. ' µs)')
+      end
+    end
+  end
   for i = 1, #KEYS do
     key = KEYS[i]
     local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12
     limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12 =
       unpack_all(ARGV[i + 1])
+    bounds = nil
+    if calendar and type(period) == 'table' then
+      bounds, period = period, period[1]
+    end
     absence = max(60000000, 30 * ttl)
     if setup then
       setup()

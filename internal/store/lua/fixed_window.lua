@@ -1,7 +1,7 @@
 -- fixed_window.lua: checkWindow of core_window.go for fixed windows, and what
 -- their checks and leases share (fixed_window_lease.lua holds the rest). State
 -- (see common.lua): t (count of the current window), s (the window index), x
--- (expiry) and the holders; p is 0. A check reads the holders too: it admits
+-- (expiry) and the holders; p is 0, or a calendar window's end. A check reads the holders too: it admits
 -- no more than a lease would lend, with the absent holders' part kept back.
 
 local function fresh()
@@ -9,21 +9,30 @@ local function fresh()
 end
 
 -- roll moves the state to the window holding now, and returns its index,
--- its start and the instant to decide at. fmod is exact, so the index is the
--- same integer division core.go performs. A window never moves backwards: a
--- clock that stepped back before the state's window decides at its start.
+-- its start and end, and the instant to decide at. fmod is exact, so the
+-- index is the same integer division core.go performs. A window never
+-- moves backwards: a clock that stepped back before the state's window
+-- decides at its start. A calendar window is indexed by its start and
+-- keeps its end in p (core_window.go).
 local function roll(st, now)
+  if bounds then
+    local start, stop = calendar_window(now)
+    if start > st.s then
+      st.t, st.s, st.p = 0, start, stop
+    end
+    return st.s, st.s, st.p, max(now, st.s)
+  end
   local epoch = max((now - fmod(now, period)) / period, st.s)
   if st.s ~= epoch then
     st.t, st.s = 0, epoch
   end
   local start = epoch * period
-  return epoch, start, max(now, start)
+  return epoch, start, start + period, max(now, start)
 end
 
 local function check(now, cost)
   local st = load(now, true) or fresh()
-  local _, start, at = roll(st, now)
+  local _, start, stop, at = roll(st, now)
   local used = st.t + window_reserve(st, now, start)
   local allowed = 0
   if used + cost <= limit then
@@ -32,7 +41,6 @@ local function check(now, cost)
     allowed = 1
   end
   local remaining = floor(max(limit - used, 0))
-  local stop = start + period
   local retry = 0
   if allowed == 0 then
     retry = stop - at

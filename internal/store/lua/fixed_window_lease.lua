@@ -14,9 +14,9 @@ end
 local function report(now, req)
   local st = load(now, true) or fresh()
   local consumed = cap_consumed(st, limit, req.node, now, req.consumed, req.age)
-  local _, start, at = roll(st, now)
+  local _, start, stop, at = roll(st, now)
   debit_window(st, consumed, req.age, at, start)
-  st.x = max(start + period + ttl, kept_until(st))
+  st.x = max(stop + ttl, kept_until(st))
   save(st, now)
   return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
 end
@@ -30,7 +30,7 @@ local function acquire(now, req)
   if again then
     return again
   end
-  local epoch, start, at = roll(st, now)
+  local epoch, start, stop, at = roll(st, now)
   local credited = give_back(st, req.node, now, req.returned_epoch, req.returned, req.held)
   credit(st, epoch, credited, req.returned_epoch)
   local held = bound_held(givable(st, req.node, now, epoch), req.held)
@@ -47,7 +47,6 @@ local function acquire(now, req)
   mark_back(st, req, prev, now, epoch, added, true)
   remember(st, req, g)
   local remaining = floor(max(limit - used - g, 0))
-  local stop = start + period
   -- Tokens of a window die with it: the window never exceeds its limit.
   local lease_ttl = min(ttl, stop - at)
   local retry = 0

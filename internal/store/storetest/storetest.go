@@ -31,6 +31,9 @@ type Harness struct {
 	// the time, to the microsecond: the tests that wait out an absence (a
 	// minute at least) or need exact instants run only then.
 	FakeClock bool
+	// Now reads the store's clock, with FakeClock: the calendar tests go to
+	// given dates.
+	Now func() time.Time
 }
 
 // needFakeClock skips a test on a store whose clock runs by itself.
@@ -153,6 +156,12 @@ func Run(t *testing.T, h Harness) {
 		{"AcquireIsIdempotent", testAcquireIsIdempotent},
 		{"StrictConsumptionIsReported", testStrictConsumptionIsReported},
 		{"WindowsLendNoRate", testWindowsLendNoRate},
+		{"CalendarCheckEndsWithTheMonth", testCalendarCheck},
+		{"CalendarMonthEnds", testCalendarMonthEnds},
+		{"CalendarDaysAcrossDST", testCalendarDST},
+		{"CalendarSurvivesClockStepBack", testCalendarStepBack},
+		{"CalendarReportIsDebited", testCalendarReport},
+		{"WindowLimitRaisedAndCut", testWindowLimitRaisedAndCut},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, h) })
