@@ -65,4 +65,4 @@ generate:
 	$(PROTOC) -I api \
 		--plugin=protoc-gen-go=bin/protoc-gen-go --go_out=api --go_opt=paths=source_relative \
 		--plugin=protoc-gen-go-grpc=bin/protoc-gen-go-grpc --go-grpc_out=api --go-grpc_opt=paths=source_relative \
-		api/allot/v1/allocator.proto
+		api/allot/v1/allocator.proto api/allot/v1/admin.proto
