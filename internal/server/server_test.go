@@ -49,14 +49,16 @@ func serve(t *testing.T, st store.Store) (allotv1.AllocatorClient, *server.Serve
 	return serveWith(t, server.Config{Store: st})
 }
 
-// serveWith serves cfg with the test rules.
+// serveWith serves cfg, with the test rules unless it has rules.
 func serveWith(t *testing.T, cfg server.Config) (allotv1.AllocatorClient, *server.Server) {
 	t.Helper()
-	set, err := rules.Parse("test", []byte(testRules))
-	if err != nil {
-		t.Fatal(err)
+	if cfg.Rules == nil {
+		set, err := rules.Parse("test", []byte(testRules))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Rules = set
 	}
-	cfg.Rules = set
 	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
