@@ -110,9 +110,8 @@ func (c *Calendar) load() error {
 func (c Calendar) Window(at int64) (start, end int64) {
 	t := time.UnixMicro(at).In(c.location())
 	y, m, d := c.first(t.Date())
-	// Where a zone skips its midnight, time.Date may put a period's start
-	// an hour to either side of the gap: the instants decide, not the
-	// local date.
+	// The instants decide, not the local date: a period's start is not
+	// always at its date's midnight (see at).
 	start, end = c.at(y, m, d, 0), c.at(y, m, d, 1)
 	for start > at {
 		y, m, d = c.step(y, m, d, -1)
@@ -173,10 +172,19 @@ func (c Calendar) step(y int, m time.Month, d, n int) (int, time.Month, int) {
 }
 
 // at is the instant (µs) at which the period n periods after the one
-// starting on y-m-d starts: local midnight of its first date.
+// starting on y-m-d starts: local midnight of its first date, or, where
+// the zone skips that midnight, the first instant of that date (the
+// clocks' change). time.Date puts a skipped midnight on the previous
+// date, by the offset after the change: the offset before it (which that
+// instant still has) gives the change itself.
 func (c Calendar) at(y int, m time.Month, d, n int) int64 {
 	y, m, d = c.step(y, m, d, n)
-	return time.Date(y, m, d, 0, 0, 0, 0, c.location()).UnixMicro()
+	t := time.Date(y, m, d, 0, 0, 0, 0, c.location())
+	if t.Day() != d {
+		_, before := t.Zone()
+		t = time.Unix(time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix()-int64(before), 0)
+	}
+	return t.UnixMicro()
 }
 
 // norm normalizes a date whose day or month is out of range.

@@ -51,6 +51,10 @@ func TestCalendarWindows(t *testing.T) {
 			time.Date(2026, 3, 8, 0, 0, 0, 0, ny), time.Date(2026, 3, 9, 0, 0, 0, 0, ny), 23 * time.Hour},
 		{"a day of 25 hours in New York", Day, "America/New_York", time.Date(2026, 11, 1, 1, 30, 0, 0, ny).Add(time.Hour), // the second 01:30
 			time.Date(2026, 11, 1, 0, 0, 0, 0, ny), time.Date(2026, 11, 2, 0, 0, 0, 0, ny), 25 * time.Hour},
+		{"a day whose midnight Santiago skips starts at 01:00", Day, "America/Santiago", time.Date(2026, 9, 6, 4, 30, 0, 0, time.UTC),
+			time.Date(2026, 9, 6, 4, 0, 0, 0, time.UTC), time.Date(2026, 9, 7, 3, 0, 0, 0, time.UTC), 23 * time.Hour},
+		{"and the day before keeps its last hour", Day, "America/Santiago", time.Date(2026, 9, 6, 3, 30, 0, 0, time.UTC),
+			time.Date(2026, 9, 5, 4, 0, 0, 0, time.UTC), time.Date(2026, 9, 6, 4, 0, 0, 0, time.UTC), 24 * time.Hour},
 		{"an ISO week from Monday, across a month end", Week, "", time.Date(2026, 4, 2, 9, 0, 0, 0, time.UTC), // a Thursday
 			time.Date(2026, 3, 30, 0, 0, 0, 0, time.UTC), time.Date(2026, 4, 6, 0, 0, 0, 0, time.UTC), 7 * 24 * time.Hour},
 		{"a Sunday ends its week", Week, "", time.Date(2026, 4, 5, 23, 0, 0, 0, time.UTC),
