@@ -52,6 +52,9 @@ type options struct {
 	gossipKeyring                string
 	envoyListen                  string
 	envoyConfigDir               string
+	adminTokenFile               string
+	adminIdentities              string
+	overridesPoll                time.Duration
 }
 
 func main() {
@@ -85,6 +88,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.tlsReload, "tls-reload", 5*time.Second, "how often the TLS files are read for changes; negative: only on SIGHUP (ALLOT_TLS_RELOAD)")
 	fs.StringVar(&o.metricsTLS, "metrics-tls", "", "serve --metrics over TLS with --tls-cert: tls, or mtls to require a client certificate too (ALLOT_METRICS_TLS). Default: plaintext")
 	fs.StringVar(&o.tokenFile, "auth-token-file", "", "file of shared tokens, one a line; callers send \"authorization: Bearer <token>\"; needs --tls-cert; reloaded on SIGHUP (ALLOT_AUTH_TOKEN_FILE)")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file of Admin service tokens, one a line, each optionally after a name and a space (\"alice <token>\"); they admit Admin calls only; needs --tls-cert; reloaded on SIGHUP (ALLOT_ADMIN_TOKEN_FILE). Default: none")
+	fs.StringVar(&o.adminIdentities, "admin-identities", "", "comma-separated client certificate names (DNS/URI SAN or CN) admitted to the Admin service; needs --tls-client-ca (ALLOT_ADMIN_IDENTITIES). Default: none; with neither, the Admin service refuses every call")
+	fs.DurationVar(&o.overridesPoll, "overrides-poll", 100*time.Millisecond, "how often the store's runtime overrides are read for other allocators' changes (ALLOT_OVERRIDES_POLL)")
 	fs.StringVar(&o.reflection, "reflection", "authenticated", "who may use server reflection: authenticated, on or off (ALLOT_REFLECTION)")
 	fs.StringVar(&o.getRules, "get-rules", "authenticated", "who may call GetRules: authenticated, on or off (ALLOT_GET_RULES)")
 	fs.IntVar(&o.maxInFlight, "max-inflight", 256, "Acquire, Release, Check and ShouldRateLimit calls served at once; more get ResourceExhausted at once; negative: no bound (ALLOT_MAX_INFLIGHT)")
@@ -265,6 +271,7 @@ func run(args []string, stderr io.Writer) error {
 		MaxInFlight: o.maxInFlight, MaxInFlightPerNode: o.maxPerNode, GossipKeyringFile: o.gossipKeyring,
 		EnvoyListen: o.envoyListen, EnvoyConfigDir: o.envoyConfigDir, MemoryMaxKeys: o.memoryMaxKeys, RedisMaxKeys: o.redisMaxKeys,
 		NewKeysPerNode: o.newKeysPerNode,
+		AdminTokenFile: o.adminTokenFile, AdminIdentities: splitList(o.adminIdentities), OverridesPoll: o.overridesPoll,
 	})
 	if err != nil {
 		return err

@@ -48,7 +48,9 @@ type Allocator struct {
 	envoyLis  net.Listener
 
 	guard      *guard
-	certs      *certs.Watcher // nil without TLS
+	admin      *adminGuard
+	overlay    *server.Overlay // the file's rules with the runtime overrides
+	certs      *certs.Watcher  // nil without TLS
 	gossipKeys [][]byte
 	shed       *shedder
 	storeOK    *storeHealth
@@ -76,6 +78,9 @@ func New(cfg Config) (*Allocator, error) {
 	if err := a.setupSecurity(); err != nil {
 		return nil, err
 	}
+	if err := a.setupAdmin(); err != nil {
+		return nil, err
+	}
 	if err := a.openStore(); err != nil {
 		return nil, err
 	}
@@ -89,6 +94,7 @@ func New(cfg Config) (*Allocator, error) {
 		a.closeStore()
 		return nil, err
 	}
+	a.startOverrides()
 	if err := a.setupEnvoy(); err != nil {
 		a.closeStore()
 		return nil, err
@@ -113,6 +119,7 @@ func New(cfg Config) (*Allocator, error) {
 	// The loops start last, once nothing can fail; Stop ends them.
 	a.storeOK.loop()
 	a.pollCerts()
+	a.overlay.Run(a.overridesPoll())
 	return a, nil
 }
 
@@ -185,6 +192,7 @@ func (a *Allocator) Stop() {
 func (a *Allocator) finish() {
 	a.stopOnce.Do(func() {
 		a.storeOK.shutdown()
+		a.overlay.Stop()
 		if a.certs != nil {
 			a.certs.Stop()
 		}

@@ -92,6 +92,20 @@ type Config struct {
 	// first one encrypting (see fallback.ReadKeyring). default: gossip in
 	// the clear
 	GossipKeyringFile string
+	// AdminTokenFile holds the Admin service's tokens, one a line, each
+	// optionally after a name and a space for the audit log ("alice
+	// <token>"): callers send one as "authorization: Bearer <token>". These
+	// tokens admit Admin calls only, and fleet tokens never do. Needs TLS.
+	// default: none
+	AdminTokenFile string
+	// AdminIdentities are the client certificate names (a DNS or URI SAN,
+	// or the CN) admitted to the Admin service, with mTLS. default: none.
+	// With neither this nor AdminTokenFile, the Admin service refuses
+	// every call.
+	AdminIdentities []string
+	// OverridesPoll is how often the store's runtime overrides are read
+	// for changes other allocators made. default: 100ms
+	OverridesPoll time.Duration
 	// Clock paces the store probe, the certificate poll and log rate
 	// limits. default: the real clock
 	Clock clock.Clock

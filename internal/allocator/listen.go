@@ -44,6 +44,7 @@ func (a *Allocator) listen() error {
 	a.grpc = grpc.NewServer(opts...)
 	a.server.Register(a.grpc)
 	a.envoy.Register(a.grpc)
+	server.NewAdmin(a.server, a.overlay).Register(a.grpc)
 	a.metrics.InitServices(&allotv1.Allocator_ServiceDesc, &rlspb.RateLimitService_ServiceDesc)
 	a.health = a.storeOK.grpc
 	healthpb.RegisterHealthServer(a.grpc, a.health)

@@ -58,11 +58,11 @@ func (a *Allocator) Reload() error {
 		return err
 	}
 	old := a.server.Rules().Version()
-	a.server.SetRules(set)
+	a.overlay.SetFile(set) // with the runtime overrides merged in
 	a.envoy.RulesLoaded(set)
 	domains, limits := envoySize(set)
 	a.log.Info("rules reloaded", "rules", set.Len(), "envoy_domains", domains, "envoy_limits", limits,
-		"rules_version", set.Version(), "previous_version", old)
+		"rules_version", a.server.Rules().Version(), "previous_version", old)
 	return nil
 }
 

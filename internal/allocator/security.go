@@ -173,6 +173,13 @@ func (a *Allocator) ReloadCredentials() error {
 			a.log.Info("auth tokens reloaded")
 		}
 	}
+	if a.admin.tokenFile != "" {
+		if err := a.admin.loadTokens(); err != nil {
+			errs = append(errs, err)
+		} else {
+			a.log.Info("admin tokens reloaded")
+		}
+	}
 	if a.cfg.GossipKeyringFile != "" && a.gossip != nil {
 		keys, err := fallback.ReadKeyring(a.cfg.GossipKeyringFile)
 		if err == nil {
