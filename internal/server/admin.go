@@ -265,4 +265,3 @@ func optTime(t time.Time) any {
 	}
 	return t.UTC()
 }
-
