@@ -101,9 +101,10 @@ func (a *Admin) SetOverride(ctx context.Context, req *allotv1.SetOverrideRequest
 		return nil, a.srv.storeError(ctx, "admin", err)
 	}
 	version := a.apply(ctx)
-	a.log.Info("admin: override set", "rule", o.Rule, "key", o.Key, "limit", o.Limit, "burst", o.Burst,
+	out := a.toProto(o) // its burst as the served rule fills it in
+	a.log.Info("admin: override set", "rule", o.Rule, "key", o.Key, "limit", o.Limit, "burst", out.Burst,
 		"expires", optTime(o.Expires), "note", o.Note, "by", o.SetBy, "rules_version", version)
-	return &allotv1.SetOverrideResponse{Override: a.toProto(o), RulesVersion: version}, nil
+	return &allotv1.SetOverrideResponse{Override: out, RulesVersion: version}, nil
 }
 
 // expiry is when the override requested stops applying: zero for never.
@@ -222,10 +223,11 @@ func (a *Admin) DeleteOverride(ctx context.Context, req *allotv1.DeleteOverrideR
 		return nil, grpcerr.New(codes.NotFound, fmt.Sprintf("key %q of rule %q has no override set through the API", req.GetKey(), r.Name),
 			&errdetails.ResourceInfo{ResourceType: "allot.v1.RuntimeOverride", ResourceName: r.Name + "/" + req.GetKey()})
 	}
+	out := a.toProto(old) // before the rules served lose its burst
 	version := a.apply(ctx)
 	a.log.Info("admin: override deleted", "rule", r.Name, "key", req.GetKey(), "limit", old.Limit,
 		"set_by", old.SetBy, "by", caller(ctx), "rules_version", version)
-	return &allotv1.DeleteOverrideResponse{Override: a.toProto(old), RulesVersion: version}, nil
+	return &allotv1.DeleteOverrideResponse{Override: out, RulesVersion: version}, nil
 }
 
 // fileRule is the named rule of the rules file, once the key checks out.
