@@ -85,6 +85,17 @@ type Windows struct {
 	Known  bool
 }
 
+// LatestWindow is the latest store window of period p that the node's
+// instant at (its monotonic clock) may lie in; one more while the windows'
+// place is a guess, as a store window then overlaps two of the node's.
+func (w Windows) LatestWindow(at, p time.Duration) int64 {
+	e := floorDiv(at+w.Hi, p)
+	if !w.Known {
+		e++
+	}
+	return e
+}
+
 // Result is one fallback decision.
 type Result struct {
 	Allowed    bool

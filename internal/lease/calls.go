@@ -3,6 +3,8 @@ package lease
 import (
 	"errors"
 	"time"
+
+	"github.com/allot-dev/allot/internal/rules"
 )
 
 // The Core's requests: when a key's next request leaves, how requests share
@@ -150,7 +152,13 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 			FallbackNodes: k.FallbackNodes(), OnFallback: f.onFallback}
 	}
 	c.acquiring++
-	c.calls = append(c.calls, &Call{Requests: reqs, Timeout: max(c.cfg.RPCTimeout, 3*c.roundTrip()), keys: keys})
+	call := &Call{Requests: reqs, Timeout: max(c.cfg.RPCTimeout, 3*c.roundTrip()), keys: keys}
+	for _, k := range keys {
+		if k.Rule().Algorithm != rules.TokenBucket {
+			k.unanswered.Store(int64(now.Add(call.Timeout)))
+		}
+	}
+	c.calls = append(c.calls, call)
 }
 
 // Answer applies what one call brought back, at now: its answer, or the
@@ -209,7 +217,9 @@ func (c *Core) failed(call *Call, err error, now mono) {
 			k.restoreConsumed(f)
 		} else {
 			// It may have been applied with its answer lost: the next request
-			// is this one again, with its sequence number (see retry).
+			// is this one again, with its sequence number (see retry), and a
+			// window key does not fall back in the window it may have been
+			// applied in (unanswered, newAllowance).
 			k.req.unacked = f
 		}
 		k.req.inFlight = nil

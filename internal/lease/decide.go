@@ -84,7 +84,7 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 				k.Refused(n)
 				return Verdict{Fallback: true, RetryAfter: r.Lease.Refresh}
 			}
-			a = k.newAllowance(served)
+			a = k.newAllowance(served, c.Windows(time.Duration(wall.UnixNano())-now))
 		} else if !c.Down() && !mutate.On(mutate.FallbackWhileServed|mutate.FallbackInFlight) {
 			// The allocator answers again: the key's next grant decides, and
 			// its allowance waits for it. Admitted meanwhile, past the report
@@ -118,13 +118,20 @@ func (k *KeyLease) remaining(left int64) int64 {
 
 // newAllowance gives the key its fallback allowance, the first decision
 // that needs one: full for a key the allocator never answered for, empty
-// and earning from the latest end of its lease for one it did.
-func (k *KeyLease) newAllowance(served mono) *fallback.Allowance {
+// and earning from the latest end of its lease for one it did. A window
+// key admits nothing in the window of its lease, nor in the latest one its
+// unanswered request may be applied in (w: where the store's windows lie):
+// the store counts it present there, and lends the rest of the window to
+// the others.
+func (k *KeyLease) newAllowance(served mono, w fallback.Windows) *fallback.Allowance {
 	a, prev := fallback.NewAllowance(), k.closed.Load()
 	if served != 0 {
 		epoch := int64(math.MinInt64)
-		if k.Rule().Algorithm != rules.TokenBucket && !mutate.On(mutate.FallbackWhileServed) {
+		if r := k.Rule(); r.Algorithm != rules.TokenBucket && !mutate.On(mutate.FallbackWhileServed) {
 			epoch = k.epoch.Load()
+			if at := k.unanswered.Load(); at != 0 {
+				epoch = max(epoch, w.LatestWindow(mono(at).sinceOrigin(), r.Period))
+			}
 		}
 		a = fallback.AfterLease(served.sinceOrigin(), epoch, prev)
 	}

@@ -56,6 +56,7 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 	}
 	if r.Algorithm != rules.TokenBucket {
 		k.epoch.Store(g.Epoch)
+		k.unanswered.Store(0)
 		c.learnWindows(r, f, g, now)
 	}
 	// What the fallback allowance admitted after this request left is paid

@@ -39,6 +39,11 @@ type KeyLease struct {
 	// closed is the allowance the last grant closed, for a window rule:
 	// the next one goes on with its count in a window they share.
 	closed atomic.Pointer[fallback.Allowance]
+	// unanswered (window rules) is the mono until which the store may apply
+	// the key's last request, which no answer has come for (its call's
+	// deadline): applied, it counts the node present in its window, so the
+	// key does not fall back there; 0: answered.
+	unanswered atomic.Int64
 	// keyRule is the key's rule when the table's rule has overrides.
 	keyRule atomic.Pointer[keyRule]
 	table   *Table

@@ -124,8 +124,11 @@ func TestCallRejectedAsAWhole(t *testing.T) {
 					return err
 				}
 				// (Refused, it may not have been: sent again as it was, to be
-				// applied once; what a admitted since waits for its next.)
-				if r, _ := g.last("a"); r != first {
+				// applied once; what a admitted since waits for its next. It
+				// leaves on the fallback now, and says so.)
+				if r, _ := g.last("a"); !r.OnFallback {
+					return fmt.Errorf("a asks %+v, not on the fallback", r)
+				} else if r.OnFallback = first.OnFallback; r != first {
 					return fmt.Errorf("a asks %+v, want its first request again %+v", r, first)
 				}
 				return nil

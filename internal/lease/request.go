@@ -27,7 +27,12 @@ func (c *Core) init(k *KeyLease, now mono) {
 func (k *KeyLease) request(e *env, now mono) *flight {
 	k.askedAgain = false
 	f := k.retry(now)
-	if f == nil {
+	if f != nil {
+		// Sent again as it was, but for whether it leaves on the fallback:
+		// a copy the store never saw is applied now, and the key may admit
+		// on its fallback until this one's answer arrives.
+		f.onFallback = f.onFallback || k.table.c.Down() || k.fallback.Load() != nil
+	} else {
 		r := k.Rule()
 		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
 			returned: k.takeOverflow() + k.unusedNow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e),
@@ -92,7 +97,11 @@ func (k *KeyLease) nextSeq(e *env) uint64 {
 
 // takeConsumed hands what the key admitted on fallback, and has not yet
 // reported, to a report: the tokens and how long ago the first was
-// admitted.
+// admitted. A window rule's report is dated by its newest part: the store
+// drops a report that began in a window that has ended, and one that
+// joins what a closed allowance owes of an earlier window to what the
+// open one admitted in this window must be counted here whole, not
+// dropped whole (what it over-counts is the earlier window's, never lost).
 func (k *KeyLease) takeConsumed(now mono) (int64, time.Duration) {
 	n, age := k.req.owed, time.Duration(0)
 	if n > 0 {
@@ -101,10 +110,14 @@ func (k *KeyLease) takeConsumed(now mono) (int64, time.Duration) {
 	k.req.owed, k.req.owedSince = 0, 0
 	if a := k.fallback.Load(); a != nil {
 		an, aage := a.TakeConsumed(now.sinceOrigin())
-		n += an
-		if an > 0 {
+		switch {
+		case an <= 0:
+		case n > 0 && k.Rule().Algorithm != rules.TokenBucket:
+			age = min(age, aage)
+		default:
 			age = max(age, aage)
 		}
+		n += an
 	}
 	return n, age
 }

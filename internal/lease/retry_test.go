@@ -74,8 +74,11 @@ func TestLostAnswerIsSentAgainAndAppliedOnce(t *testing.T) {
 					return err
 				}
 				again, _ := g.last("a")
-				if again != lost {
-					return fmt.Errorf("sent again as %+v, want %+v", again, lost)
+				if !again.OnFallback {
+					return fmt.Errorf("sent again while the allocator is down: %+v, want it on the fallback", again)
+				}
+				if again.OnFallback = lost.OnFallback; again != lost {
+					return fmt.Errorf("sent again as %+v, want %+v (on the fallback now)", again, lost)
 				}
 				return nil
 			}},
@@ -162,7 +165,7 @@ func TestOldUnansweredRequestIsDroppedAndItsConsumptionReportedAfresh(t *testing
 					return fmt.Errorf("%d requests of a, want it sent again before it was dropped", len(reqs))
 				}
 				for _, r := range reqs[:len(reqs)-1] {
-					if r != first {
+					if r.OnFallback = first.OnFallback; r != first {
 						return fmt.Errorf("a retry %+v differs from the request %+v", r, first)
 					}
 				}

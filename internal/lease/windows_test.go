@@ -187,3 +187,82 @@ func TestWindowSamplesThatOnlyOverlapDoNotNarrow(t *testing.T) {
 		}
 	}
 }
+
+// A window key whose request the store may have applied, its answer lost,
+// admits nothing on its fallback in the window the request may have been
+// applied in: the store counts the node present there and lends the rest
+// of the window to the others; the key falls back from the next window.
+// (Rule win: 100 per 1 s window; store windows of 1 s on the node's
+// clock.)
+func TestWindowKeyAdmitsNothingInTheWindowItsLostRequestMayBeIn(t *testing.T) {
+	g := newRig(t, nil)
+	g.nodes = 2
+	var v Verdict
+	g.run([]step{
+		{name: "t0: k asks, answered: the windows known, k's lease ends with window 0", at: 0,
+			do: func(g *rig) {
+				g.decide("win", "k", 1)
+				if err := untilOut(g, time.Millisecond, 100*time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+				g.answer()
+			},
+			want: func(g *rig) error {
+				if !g.core.Windows(0).Known || g.key("win", "k").served.Load() == 0 {
+					return fmt.Errorf("windows %+v, k served %v", g.core.Windows(0), g.key("win", "k").served.Load())
+				}
+				return nil
+			}},
+		{name: "t1: window 1: k asks; the store applies it, the answer is lost", at: 1200 * time.Millisecond,
+			do: func(g *rig) {
+				spend(g, "win", "k")
+				if err := untilOut(g, time.Millisecond, 1300*time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+				g.lose()
+			},
+			want: func(g *rig) error {
+				if !g.core.Down() {
+					return fmt.Errorf("not down")
+				}
+				return nil
+			}},
+		{name: "t2: no fallback in window 1, which its lost request may hold a lease in", at: 1500 * time.Millisecond,
+			do: func(g *rig) { v = g.decide("win", "k", 1) },
+			want: func(g *rig) error {
+				if err := verdict(v, false, true, false); err != nil {
+					return err
+				}
+				if v.RetryAfter != 500*time.Millisecond {
+					return fmt.Errorf("retry after %v, want the next window's start, 500 ms on", v.RetryAfter)
+				}
+				return nil
+			}},
+		{name: "t3: window 2: its part of it", at: 2 * time.Second,
+			do:   func(g *rig) { v = g.decide("win", "k", 1) },
+			want: func(g *rig) error { return verdict(v, true, true, false) }},
+	})
+}
+
+// A window key's report that joins what a closed allowance owes to what
+// the open one admitted is dated by its newest part: the store drops a
+// report that began in a window that has ended, and would drop this
+// window's admissions with the older ones. A token bucket's is dated by
+// its oldest, which bounds what the store debits.
+func TestMixedReportIsDatedByItsNewestPartForAWindow(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		age  time.Duration
+	}{{"win", 300 * time.Millisecond}, {"r", 1200 * time.Millisecond}} {
+		g := newRig(t, nil)
+		k := g.key(tc.rule, "k")
+		now := monoAt(1500 * time.Millisecond)
+		k.owe(10, monoAt(300*time.Millisecond))
+		a := fallback.NewAllowance()
+		a.RestoreConsumed(5, 1200*time.Millisecond)
+		k.fallback.Store(a)
+		if n, age := k.takeConsumed(now); n != 15 || age != tc.age {
+			t.Errorf("%s: report of %d aged %v, want 15 aged %v", tc.rule, n, age, tc.age)
+		}
+	}
+}

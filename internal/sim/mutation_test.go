@@ -115,10 +115,19 @@ var mutants = []mutant{
 		}, lost(0.02)},
 	{"a cold fleet's holders each told the holders they found: the first keeps the whole rule", mutate.TellHolders,
 		func(t *testing.T) Result {
-			// (The seed that found it: a sliding window of 1,000 over 8 cold
-			// nodes 200 ms away, the allocator restarted before the first
-			// holder asked again; 1,041 admitted on fallbacks in one window.)
-			return Run(482)
+			// (The seed that found it, 482: a sliding window of 1,000 over 8
+			// cold nodes 200 ms away, the allocator restarted before the
+			// first holder asked again; 1,041 admitted on fallbacks in one
+			// window.) Here: a cold fleet's holders of a fixed window, each
+			// told by its first grant what to divide its fallback by, all on
+			// their fallbacks for three windows before any asks again: the
+			// allocator cut off from its store just after.
+			sc := fleetScenario(t, window1000, 10*time.Millisecond, 2, 8*time.Second)
+			sc.Faults.add(sc, 30*time.Millisecond, "store-cut", "(3s)", func(w *World) {
+				w.alloc.storm = append(w.alloc.storm, span{w.now, w.now + 3*time.Second})
+				w.oracle.Fault(w.now, w.now+3*time.Second, "allocator cut off from its store")
+			})
+			return RunScenario(1, sc)
 		}, broke("window")},
 	{"a token bucket refilled past what its holders still hold", mutate.RefillPastHeld,
 		func(t *testing.T) Result {
