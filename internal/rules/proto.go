@@ -32,6 +32,7 @@ func (s *Set) ToProto() *allotv1.GetRulesResponse {
 			Strict:    r.Strict,
 			Shadow:    r.Shadow,
 			Overrides: overridesToProto(r.Overrides),
+			MaxDebt:   r.MaxDebt,
 			Lease: &allotv1.LeaseTuning{
 				Min:     r.Lease.Min,
 				Max:     r.Lease.Max,
@@ -54,6 +55,8 @@ func FromProto(resp *allotv1.GetRulesResponse) (*Set, error) {
 			Burst:  pr.GetBurst(),
 			Strict: pr.GetStrict(),
 			Shadow: pr.GetShadow(),
+			// An allocator before the field gives none: the default.
+			MaxDebt: copyDebt(pr.MaxDebt),
 			Lease: LeaseTuning{
 				Min:     pr.GetLease().GetMin(),
 				Max:     pr.GetLease().GetMax(),

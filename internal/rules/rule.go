@@ -86,6 +86,8 @@ type Rule struct {
 	Lease  LeaseTuning
 	// Overrides give some keys limits of their own (override.go).
 	Overrides []Override
+	// MaxDebt is the file's max_debt, nil when it gives none: see Debt.
+	MaxDebt *int64
 
 	keyed *keyed // the overrides' rules, by key; nil without overrides
 	base  *Rule  // for an override's rule, the rule it overrides
@@ -216,6 +218,9 @@ func (r *Rule) Normalize() error {
 		r.Strict = true
 	}
 	if err := r.normalizeLease(bad); err != nil {
+		return err
+	}
+	if err := r.normalizeDebt(bad); err != nil {
 		return err
 	}
 	return r.normalizeOverrides(bad)

@@ -61,8 +61,8 @@ func (r *Rule) digest() string {
 		return "none"
 	}
 	c := *r
-	c.keyed, c.base = nil, nil
-	return fmt.Sprintf("%+v", c)
+	c.keyed, c.base, c.MaxDebt = nil, nil, nil
+	return digestDebt(fmt.Sprintf("%+v", c), r.MaxDebt)
 }
 
 func (s *Set) hash() string {

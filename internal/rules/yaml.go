@@ -216,6 +216,10 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 		r.Calendar.Zone = v.Value
 	case "burst":
 		r.Burst, err = scalarInt(v)
+	case "max_debt":
+		var n int64
+		n, err = scalarInt(v)
+		r.MaxDebt = &n
 	case "failure":
 		r.Failure, err = parseFailure(v.Value)
 	case "strict":
@@ -227,7 +231,7 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 	case "overrides":
 		return p.overrides(r, label, v)
 	default:
-		err = errors.New("unknown field (name, algorithm, limit, period, time_zone, burst, failure, strict, shadow, lease, overrides)")
+		err = errors.New("unknown field (name, algorithm, limit, period, time_zone, burst, max_debt, failure, strict, shadow, lease, overrides)")
 	}
 	if err != nil {
 		return p.fail(v, label, fieldName(name), "%v", err)

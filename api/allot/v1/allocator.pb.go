@@ -247,7 +247,16 @@ type LeaseRequest struct {
 	// this request is on its way is not lent to the others meanwhile. False
 	// from a node before this field, which is then taken to be back only
 	// when it reports consumption.
-	OnFallback    bool `protobuf:"varint,12,opt,name=on_fallback,json=onFallback,proto3" json:"on_fallback,omitempty"`
+	OnFallback bool `protobuf:"varint,12,opt,name=on_fallback,json=onFallback,proto3" json:"on_fallback,omitempty"`
+	// Tokens that reservations the node admitted took beyond their estimate
+	// once their work ended (client.Reservation.Settle), past what the node
+	// held to pay them with. Debited in full, as a debt the key's refill
+	// repays, down to the rule's max_debt below empty: a token bucket goes
+	// at most max_debt below zero, a window counts at most its limit plus
+	// max_debt. Unlike consumed, not bounded by the node's fallback share.
+	// On a strict rule, an Acquire may carry it alone. 0 from a node before
+	// this field.
+	Settled       int64 `protobuf:"varint,13,opt,name=settled,proto3" json:"settled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -364,6 +373,13 @@ func (x *LeaseRequest) GetOnFallback() bool {
 		return x.OnFallback
 	}
 	return false
+}
+
+func (x *LeaseRequest) GetSettled() int64 {
+	if x != nil {
+		return x.Settled
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -1037,7 +1053,11 @@ type Rule struct {
 	// rule would refuse, and report it.
 	Shadow bool `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// Keys with limits of their own; the rest of the rule applies to them.
-	Overrides     []*KeyOverride `protobuf:"bytes,10,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	Overrides []*KeyOverride `protobuf:"bytes,10,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// The most a key may owe when settled costs pass what was reserved
+	// (LeaseRequest.settled), as the file gave it; unset: one burst for a
+	// token bucket (an override's own), none for a window rule.
+	MaxDebt       *int64 `protobuf:"varint,11,opt,name=max_debt,json=maxDebt,proto3,oneof" json:"max_debt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1140,6 +1160,13 @@ func (x *Rule) GetOverrides() []*KeyOverride {
 		return x.Overrides
 	}
 	return nil
+}
+
+func (x *Rule) GetMaxDebt() int64 {
+	if x != nil && x.MaxDebt != nil {
+		return *x.MaxDebt
+	}
+	return 0
 }
 
 // KeyOverride gives one key, or the keys a pattern matches, their own
@@ -1295,7 +1322,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xfe\x02\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x98\x03\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1310,7 +1337,8 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	" \x01(\x03H\x00R\x04held\x88\x01\x01\x12%\n" +
 	"\x0efallback_nodes\x18\v \x01(\rR\rfallbackNodes\x12\x1f\n" +
 	"\von_fallback\x18\f \x01(\bR\n" +
-	"onFallbackB\a\n" +
+	"onFallback\x12\x18\n" +
+	"\asettled\x18\r \x01(\x03R\asettledB\a\n" +
 	"\x05_held\"u\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +
@@ -1359,7 +1387,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x10GetRulesResponse\x12$\n" +
 	"\x05rules\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x05rules\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
-	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\xeb\x02\n" +
+	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\x98\x03\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x13.allot.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1371,7 +1399,9 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x05lease\x18\b \x01(\v2\x15.allot.v1.LeaseTuningR\x05lease\x12\x16\n" +
 	"\x06shadow\x18\t \x01(\bR\x06shadow\x123\n" +
 	"\toverrides\x18\n" +
-	" \x03(\v2\x15.allot.v1.KeyOverrideR\toverrides\"a\n" +
+	" \x03(\v2\x15.allot.v1.KeyOverrideR\toverrides\x12\x1e\n" +
+	"\bmax_debt\x18\v \x01(\x03H\x00R\amaxDebt\x88\x01\x01B\v\n" +
+	"\t_max_debt\"a\n" +
 	"\vKeyOverride\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05match\x18\x02 \x01(\tR\x05match\x12\x14\n" +
@@ -1472,6 +1502,7 @@ func file_allot_v1_allocator_proto_init() {
 	}
 	file_allot_v1_allocator_proto_msgTypes[1].OneofWrappers = []any{}
 	file_allot_v1_allocator_proto_msgTypes[5].OneofWrappers = []any{}
+	file_allot_v1_allocator_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
