@@ -162,7 +162,7 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		}
 		if !r.Leasable() && (lr.GetWant() != 0 || lr.GetWantRate() != 0 || lr.GetReturned() != 0) {
 			return nil, status.Errorf(codes.FailedPrecondition,
-				"%s: rule %q is strict (%s) and is decided by Check, not leased; an Acquire on it may only report consumed tokens (want, want_rate and returned 0)",
+				"%s: rule %q is strict (%s) and is decided by Check, not leased; an Acquire on it may only report consumed and settled tokens (want, want_rate and returned 0)",
 				field+".rule", r.Name, r.Algorithm)
 		}
 		if err := s.limits.checkKey(field+".key", lr.GetKey()); err != nil {
@@ -175,6 +175,9 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 			return nil, err
 		}
 		if err := s.limits.checkTokens(field+".returned", lr.GetReturned()); err != nil {
+			return nil, err
+		}
+		if err := s.limits.checkTokens(field+".settled", lr.GetSettled()); err != nil {
 			return nil, err
 		}
 		if err := s.limits.checkTokens(field+".held", lr.GetHeld()); err != nil {
@@ -207,7 +210,7 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 			// A node that does not say what it holds (one before the field)
 			// has its returns credited nothing: see store.AcquireRequest.
 			Held: lr.GetHeld(), HeldKnown: lr.Held != nil, FallbackNodes: int64(lr.GetFallbackNodes()),
-			OnFallback: lr.GetOnFallback()}
+			OnFallback: lr.GetOnFallback(), Settled: lr.GetSettled()}
 	}
 	return out, nil
 }

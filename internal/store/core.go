@@ -191,7 +191,8 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 // report debits what a node admitted under a strict rule from its fallback
 // share while the allocator could not decide: nothing is lent, the node is
 // not counted as a holder, and the debit is bounded as an Acquire's
-// consumed is (a log takes entries up to its limit).
+// consumed is (a log takes entries up to its limit). It also takes what the
+// rule's settled reservations cost beyond their estimate (core_debt.go).
 func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	l := Lease{TTL: us(ttl)}
 	consumed := st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge)
@@ -199,6 +200,7 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 	case rules.TokenBucket:
 		st.refill(r, now)
 		st.debitBucket(float64(consumed))
+		st.settleBucket(r, req.Settled)
 		l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
 		st.expires = st.bucketExpiry(r, now, ttl)
 	case rules.SlidingLog:
@@ -207,6 +209,7 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 	default:
 		_, start, end, at := st.roll(r, now)
 		st.debitWindow(r, consumed, req.ConsumedAge, at, start)
+		st.settleWindow(r, req.Settled)
 		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
 		st.expires = start + 2*periodUS(r) + ttl
 		if r.Algorithm == rules.FixedWindow {

@@ -176,6 +176,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 		debit = math.Min(debit, math.Max(st.tokens-floor, 0))
 	}
 	st.debitBucket(debit)
+	st.settleBucket(r, req.Settled)
 	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, 0, req.FallbackNodes)
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)

@@ -18,6 +18,7 @@ func (st *state) reportLog(r *rules.Rule, now int64, req *AcquireRequest) {
 			st.appendLog(at, add)
 		}
 	}
+	st.settleLog(r, now, req.Settled)
 	st.expires = now + p
 	if len(st.log) > 0 {
 		st.expires = st.log[len(st.log)-1].at + p

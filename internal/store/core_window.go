@@ -68,6 +68,7 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	}
 	prev, had := st.holders[req.Node]
 	added := st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
+	st.settleWindow(r, req.Settled)
 	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, epoch, req.FallbackNodes)
 	used := st.tokens
 	if r.Algorithm == rules.SlidingWindow {

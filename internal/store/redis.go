@@ -273,10 +273,12 @@ func (s *Redis) ruleArgs(r *rules.Rule) msgpack {
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
 	// Then whether the rule is strict (the acquire only reports
 	// consumption), what the node holds (-1: it did not say), what its
-	// fallback divides by and whether it sent on its fallback.
+	// fallback divides by and whether it sent on its fallback; then what
+	// it settled and the rule's debt (core_debt.go).
 	args := s.ruleArgs(req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
 		float(req.WantRate).int(req.Returned).int(req.ReturnedEpoch).int(req.Seq).bool(!req.Rule.Leasable()).
-		int(reportOf(req.Held, req.HeldKnown).arg()).int(max(req.FallbackNodes, 0)).bool(req.OnFallback)
+		int(reportOf(req.Held, req.HeldKnown).arg()).int(max(req.FallbackNodes, 0)).bool(req.OnFallback).
+		int(max(req.Settled, 0)).int(req.Rule.Debt())
 	return scriptCall{scriptFor(req.Rule), "a", s.key(req.Rule, req.Key), args, req.Rule.IsCalendar()}
 }
 

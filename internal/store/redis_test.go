@@ -104,8 +104,11 @@ func TestRedisMatchesMemory(t *testing.T) {
 			Lease: rules.LeaseTuning{TTL: hour}}),
 		slowRule(t, rules.FixedWindow, 40),
 		slowRule(t, rules.SlidingWindow, 40),
+		newRule(t, rules.Rule{Name: "fw-debt", Algorithm: rules.FixedWindow, Limit: 30, Period: year,
+			Lease: rules.LeaseTuning{TTL: hour}, MaxDebt: rules.MaxDebtOf(12)}),
 	}
-	all := append(leasable, slowRule(t, rules.SlidingLog, 20))
+	all := append(leasable, newRule(t, rules.Rule{Name: "sl-debt", Algorithm: rules.SlidingLog, Limit: 20, Period: year,
+		Lease: rules.LeaseTuning{TTL: hour}, MaxDebt: rules.MaxDebtOf(7)}))
 	// Epochs differ between the clocks: each store gets back its own.
 	epochs := [2]map[string]int64{{}, {}}
 	for step := range 600 {
@@ -144,11 +147,17 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 			}
 			req.Held, req.HeldKnown = randomHeld(rng)
 			req.OnFallback = rng.IntN(4) == 0
+			if rng.IntN(4) == 0 { // a settled cost, at times past the rule's debt
+				req.Settled = rng.Int64N(2 * (req.Rule.Capacity() + req.Rule.Debt() + 1))
+			}
 			req.Seq = rng.Int64N(3) // 0: none; else it may repeat the node's last: a replay
 			if rng.IntN(6) == 0 {   // a strict rule: a report of consumption only
 				strict := all[len(all)-1]
 				req = store.AcquireRequest{Rule: strict, Key: key(), Node: node(), Consumed: rng.Int64N(8),
 					ConsumedAge: time.Duration(rng.Int64N(3)) * time.Second}
+				if rng.IntN(3) == 0 {
+					req.Settled = rng.Int64N(30)
+				}
 			}
 			op.reqs = append(op.reqs, req)
 		}
@@ -196,8 +205,8 @@ func runOp(s store.Store, op parityOp, epochs map[string]int64) (string, error) 
 			// The rate is printed to 9 digits: a bucket in debt by less
 			// than the refill the clocks' difference earns may differ
 			// further down.
-			fmt.Fprintf(&b, "[%s %s %s want %d rate %.9g consumed %d returned %d held %d/%t: granted %d remaining %d holders %d ttl %v retry %t rate %.9g] ",
-				req.Rule.Algorithm, req.Key, req.Node, req.Want, req.WantRate, req.Consumed, req.Returned, req.Held, req.HeldKnown,
+			fmt.Fprintf(&b, "[%s %s %s want %d rate %.9g consumed %d settled %d returned %d held %d/%t: granted %d remaining %d holders %d ttl %v retry %t rate %.9g] ",
+				req.Rule.Algorithm, req.Key, req.Node, req.Want, req.WantRate, req.Consumed, req.Settled, req.Returned, req.Held, req.HeldKnown,
 				l.Granted, l.Remaining, l.Holders, l.TTL, l.RetryAfter > 0, l.Rate)
 		}
 	case "release":

@@ -46,6 +46,10 @@ type AcquireRequest struct {
 	// store cannot tell tokens given back from tokens spent.
 	Held      int64
 	HeldKnown bool
+	// Settled is what the node's reservations cost beyond their estimate
+	// once their work ended, past what it held to pay with: taken in full,
+	// into a debt of at most the rule's (core_debt.go).
+	Settled int64
 	// For a strict rule a request only reports consumption (Want, WantRate
 	// and Returned are 0): what the node admitted on its fallback share
 	// while the allocator could not decide.

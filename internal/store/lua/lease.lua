@@ -210,6 +210,15 @@ local function debit_window(st, consumed, age, at, start)
   return st.t - before
 end
 
+-- settle_window is core_debt.go's settleWindow: settled tokens counted in
+-- a rolled window, up to its limit and the rule's debt.
+local function settle_window(st, settled)
+  if settled <= 0 then
+    return
+  end
+  st.t = st.t + min(settled, max(limit + req.max_debt - st.t, 0))
+end
+
 -- mark_back is core_absence.go's markBack: whether req, granted, came back
 -- from a reserved absence (prev: its holder before the request), and so
 -- keeps its reservation until its next request. window is true for a

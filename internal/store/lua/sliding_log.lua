@@ -152,6 +152,14 @@ local function acquire(now, req)
       n = n + add
     end
   end
+  -- core_debt.go's settleLog.
+  if req.settled > 0 then
+    local add = math.min(req.settled, limit + req.max_debt - n)
+    if add > 0 then
+      newest = append_log(newest, now, add)
+      n = n + add
+    end
+  end
   if newest ~= nil then
     redis.call('PEXPIRE', key, fmt(math.max(1, math.ceil((newest.at + period - now) / 1000))))
   end

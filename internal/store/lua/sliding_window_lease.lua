@@ -18,6 +18,7 @@ local function report(now, req)
   local consumed = cap_consumed(st, limit, req.node, now, req.consumed, req.age)
   local _, start, at = roll(st, now)
   debit_window(st, consumed, req.age, at, start)
+  settle_window(st, req.settled)
   st.x = max(start + 2 * period + ttl, kept_until(st))
   save(st, now)
   return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
@@ -41,6 +42,7 @@ local function acquire(now, req)
   end
   local prev = st.holders[req.node]
   local added = debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
+  settle_window(st, req.settled)
   local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
   local reserve = window_reserve(st, now, start)
   local used = estimate(st, at, start) + reserve

@@ -53,12 +53,22 @@ local function debit(st, consumed)
   st.t = st.t - consumed
 end
 
+-- settle is core_debt.go's settleBucket: settled tokens taken, the bucket
+-- going at most the rule's debt below empty.
+local function settle(st, settled)
+  if settled <= 0 then
+    return
+  end
+  st.t = st.t - min(settled, max(st.t + req.max_debt, 0))
+end
+
 -- report is core.go's report for a strict token bucket.
 local function report(now, req)
   local st = load(now, true) or fresh(now)
   local consumed = cap_consumed(st, capacity, req.node, now, req.consumed, req.age)
   refill(st, now)
   debit(st, consumed)
+  settle(st, req.settled)
   st.x = expiry(st, now)
   save(st, now)
   return { 0, floor(max(st.t, 0)), ttl, 0, 0, 0, '0' }
@@ -93,6 +103,7 @@ local function acquire(now, req)
   local covered = cover(st, req.node, now)
   local prev = st.holders[req.node]
   debit(st, max(cap_consumed(st, capacity, req.node, now, req.consumed, req.age) - covered, 0))
+  settle(st, req.settled)
   local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, 0)
   local g = fair_grant(floor(max(st.t, 0)), req.want, others)
   st.t = st.t - g

@@ -1,0 +1,51 @@
+package store
+
+import (
+	"math"
+
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Settled costs (see core.go): what reservations took beyond their
+// estimate once their work ended, past what the node held to pay with
+// (AcquireRequest.Settled). Unlike a fallback's consumption, which the
+// node's share bounds (capConsumed), a settled cost is the work's own: it
+// is taken in full, as a debt, down to the rule's max debt (rules.Rule.Debt)
+// and no further. The debt is what keeps the fleet's bound: a bucket in
+// debt lends nothing, and keeps back the rate that repays it (lendRate),
+// so every token of it is paid by refill before another is admitted; a
+// window counts it against its limit.
+
+// settleBucket takes settled tokens from a refilled bucket, which goes at
+// most the rule's debt below empty, and returns what it took.
+func (st *state) settleBucket(r *rules.Rule, settled int64) float64 {
+	if settled <= 0 {
+		return 0
+	}
+	take := math.Min(float64(settled), math.Max(st.tokens+float64(r.Debt()), 0))
+	st.tokens -= take
+	return take
+}
+
+// settleWindow counts settled tokens in a rolled window, up to its limit
+// and the rule's debt, and returns what it counted. A window's debt is
+// repaid by the window's end: the next one starts afresh.
+func (st *state) settleWindow(r *rules.Rule, settled int64) float64 {
+	if settled <= 0 {
+		return 0
+	}
+	take := math.Min(float64(settled), math.Max(float64(r.Limit+r.Debt())-st.tokens, 0))
+	st.tokens += take
+	return take
+}
+
+// settleLog logs settled tokens at now, up to the limit and the rule's
+// debt over the log's count.
+func (st *state) settleLog(r *rules.Rule, now, settled int64) {
+	if settled <= 0 {
+		return
+	}
+	if add := min(settled, r.Limit+r.Debt()-st.logCount()); add > 0 {
+		st.appendLog(now, add)
+	}
+}
