@@ -147,7 +147,7 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 			c.taken(k, k.sample(&c.env, now))
 		}
 		f := k.request(&c.env, now)
-		reqs[i] = Request{Rule: k.table.name, Key: k.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age,
+		reqs[i] = Request{Rule: k.table.name, Key: k.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age, Settled: f.settled,
 			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: f.held, Seq: f.seq,
 			FallbackNodes: k.FallbackNodes(), OnFallback: f.onFallback}
 	}
@@ -261,7 +261,7 @@ func (c *Core) stillWanted(k *KeyLease, now mono) bool {
 		return true
 	}
 	if f := k.req.unacked; f != nil {
-		if f.consumed > 0 {
+		if f.consumed > 0 || f.settled > 0 {
 			return true
 		}
 		k.req.unacked = nil

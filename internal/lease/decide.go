@@ -170,7 +170,8 @@ func (k *KeyLease) leaseRetry(r *rules.Rule, n int64, now mono) time.Duration {
 	if r.Algorithm != rules.TokenBucket {
 		return max(k.retryIn(now), k.windowFrees(now), time.Millisecond)
 	}
-	made := time.Duration(min(float64(n)/r.Rate()*float64(time.Second), math.MaxInt64/2))
+	// A debt is paid before anything else is admitted (debt.go).
+	made := time.Duration(min(float64(n+max(k.debt.Load(), 0))/r.Rate()*float64(time.Second), math.MaxInt64/2))
 	return max(k.retryIn(now), made, time.Millisecond)
 }
 

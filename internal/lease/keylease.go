@@ -32,6 +32,7 @@ type KeyLease struct {
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
 	epoch     atomic.Int64  // the window of its newest lease (window rules)
 	central   atomic.Int64  // what the allocator had left after the key's last grant
+	debt      atomic.Int64  // settled costs beyond what it held, not yet paid or reported (debt.go)
 	// fallback is the key's allowance while the allocator cannot be
 	// reached: made by the first decision that needs it, closed by the
 	// grant that follows.
@@ -129,8 +130,9 @@ func (k *KeyLease) remove(n int64) int64 {
 	}
 }
 
-// add puts n tokens in for the Core.
+// add puts n tokens in for the Core; a debt is paid from them first.
 func (k *KeyLease) add(n int64) {
 	k.tokens.Add(n)
 	k.spans.credited += n
+	k.payDebt()
 }

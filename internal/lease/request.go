@@ -49,6 +49,7 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 			f.want = min(max(f.want, k.demand.Load()), r.Lease.Max)
 		}
 		f.consumed, f.age = k.takeConsumed(now)
+		f.settled = k.debt.Swap(0)
 		f.held = max(k.tokens.Load(), 0) + f.returned
 		if mutate.On(mutate.ReturnGrant) && k.sent {
 			f.returned = k.est.size // (a node giving back what it spent; it says what it holds)
@@ -126,6 +127,8 @@ func (k *KeyLease) takeConsumed(now mono) (int64, time.Duration) {
 // the allocator: into the key's allowance while it has one (which keeps of
 // a window rule's only what its current window admitted), else as owed.
 func (k *KeyLease) restoreConsumed(f *flight) {
+	k.debt.Add(f.settled) // (a debt is not dated: it is paid whenever)
+	f.settled = 0
 	since := f.sent.Add(-f.age)
 	if a := k.fallback.Load(); a != nil && f.consumed > 0 {
 		a.RestoreConsumed(f.consumed, since.sinceOrigin())

@@ -30,6 +30,7 @@ type requestState struct {
 // flight is one key's part of an Acquire in flight.
 type flight struct {
 	want, consumed          int64
+	settled                 int64 // the key's debt, handed to this request (debt.go)
 	wantRate                float64
 	age                     time.Duration
 	sent                    mono // of the first attempt
@@ -66,7 +67,7 @@ type queueState struct {
 // owes reports whether the key admitted on fallback what no report has
 // carried yet.
 func (k *KeyLease) owes() bool {
-	if k.req.owed > 0 {
+	if k.req.owed > 0 || k.debt.Load() > 0 {
 		return true
 	}
 	a := k.fallback.Load()

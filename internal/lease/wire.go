@@ -28,6 +28,9 @@ type Request struct {
 	// OnFallback says the request left while the allocator was taken for
 	// down: the key may admit on its fallback until the answer arrives.
 	OnFallback bool
+	// Settled is what settled reservations took beyond what the key held:
+	// the allocator takes it from the key's bucket, into debt.
+	Settled int64
 }
 
 // Grant is the allocator's answer to one Request.
