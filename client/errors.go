@@ -26,4 +26,11 @@ var (
 	// rule is spent at the allocator and cannot be given back if a later
 	// one refuses.
 	ErrTwoStrict = errors.New("allot: AllowAll takes at most one strict rule")
+	// ErrReservationDone: Settle was called on a reservation already
+	// settled or cancelled; the message says which.
+	ErrReservationDone = errors.New("allot: reservation already done")
+	// ErrDebtAboveMax: Settle could not count all of a cost above the
+	// estimate, as the key's debt would have passed the rule's max_debt;
+	// the message says how much went uncounted.
+	ErrDebtAboveMax = errors.New("allot: settled cost above the rule's max_debt")
 )

@@ -23,8 +23,9 @@ type strictDebts struct {
 type strictKey struct{ rule, key string }
 
 type strictDebt struct {
-	n     int64
-	since time.Time // when the first of them was admitted
+	n       int64
+	since   time.Time // when the first of them was admitted
+	settled int64     // settled costs above their estimate (settle.go), undated
 }
 
 // maxStrictDebts bounds the keys kept; an outage long and wide enough to
@@ -32,7 +33,15 @@ type strictDebt struct {
 // what those keys admitted on their shares).
 const maxStrictDebts = 100_000
 
-func (d *strictDebts) add(rule, key string, n int64, now time.Time) {
+func (d *strictDebts) add(rule, key string, n int64, now time.Time) { d.put(rule, key, n, 0, now) }
+
+// addSettled keeps a settled cost that could not reach the allocator.
+func (d *strictDebts) addSettled(rule, key string, n int64, now time.Time) { d.put(rule, key, 0, n, now) }
+
+func (d *strictDebts) put(rule, key string, n, settled int64, now time.Time) {
+	if n <= 0 && settled <= 0 {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.m == nil {
@@ -40,11 +49,15 @@ func (d *strictDebts) add(rule, key string, n int64, now time.Time) {
 	}
 	k := strictKey{rule, key}
 	if e, ok := d.m[k]; ok {
+		if e.n <= 0 || now.Before(e.since) {
+			e.since = now
+		}
 		e.n += n
+		e.settled += settled
 		return
 	}
 	if len(d.m) < maxStrictDebts {
-		d.m[k] = &strictDebt{n: n, since: now}
+		d.m[k] = &strictDebt{n: n, since: now, settled: settled}
 	}
 }
 
@@ -60,7 +73,7 @@ func (d *strictDebts) take(now time.Time) []lease.Request {
 	defer d.mu.Unlock()
 	out := make([]lease.Request, 0, len(d.m))
 	for k, e := range d.m {
-		out = append(out, lease.Request{Rule: k.rule, Key: k.key, Consumed: e.n, ConsumedAge: max(now.Sub(e.since), 0)})
+		out = append(out, lease.Request{Rule: k.rule, Key: k.key, Consumed: e.n, ConsumedAge: max(now.Sub(e.since), 0), Settled: e.settled})
 	}
 	d.m = nil
 	return out
@@ -69,7 +82,7 @@ func (d *strictDebts) take(now time.Time) []lease.Request {
 // restore puts back reports that did not reach the allocator.
 func (d *strictDebts) restore(reqs []lease.Request, now time.Time) {
 	for _, r := range reqs {
-		d.add(r.Rule, r.Key, r.Consumed, now.Add(-r.ConsumedAge))
+		d.put(r.Rule, r.Key, r.Consumed, r.Settled, now.Add(-r.ConsumedAge))
 	}
 }
 
