@@ -36,7 +36,9 @@ const maxStrictDebts = 100_000
 func (d *strictDebts) add(rule, key string, n int64, now time.Time) { d.put(rule, key, n, 0, now) }
 
 // addSettled keeps a settled cost that could not reach the allocator.
-func (d *strictDebts) addSettled(rule, key string, n int64, now time.Time) { d.put(rule, key, 0, n, now) }
+func (d *strictDebts) addSettled(rule, key string, n int64, now time.Time) {
+	d.put(rule, key, 0, n, now)
+}
 
 func (d *strictDebts) put(rule, key string, n, settled int64, now time.Time) {
 	if n <= 0 && settled <= 0 {
