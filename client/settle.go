@@ -122,3 +122,8 @@ func (c *Client) settleStrict(rule, key string, n int64) {
 		c.debts.addSettled(rule, key, n, c.cfg.clock.Now())
 	}
 }
+
+// Reserved is the estimate the reservation was made with, 0 for an
+// exempt one: Settle(r.Reserved()) charges nothing more and gives nothing
+// back.
+func (r *Reservation) Reserved() int64 { return r.reserved }

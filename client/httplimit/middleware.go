@@ -33,6 +33,7 @@ package httplimit
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/textproto"
@@ -77,9 +78,24 @@ type Options struct {
 	Policies []Policy
 
 	// Cost is what a request costs, in tokens. A cost of 0 or less lets the
-	// request through without counting it (health checks, OPTIONS).
+	// request through without counting it (health checks, OPTIONS), and it
+	// is not settled. With settling on (SettleHeader or SettleCallback) it is
+	// the estimate that admits the request; once the handler returns, the
+	// request is settled at what it reports (settle.go).
 	// default: 1 for every request
 	Cost func(*http.Request) int64
+
+	// SettleHeader names a response header (or trailer, for a cost known
+	// only once a streamed body ends) in which the handler reports what
+	// the request cost, e.g. "X-Tokens-Used": the middleware settles the
+	// request at that cost once the handler returns. Settling takes one
+	// policy. default: none
+	SettleHeader string
+
+	// SettleCallback turns on settling from the handler's own call of
+	// ReportCost(r.Context(), n); a report there wins over SettleHeader.
+	// Settling takes one policy. default: false
+	SettleCallback bool
 
 	// KeyHeader names a request header holding an API key, e.g.
 	// "X-API-Key". The middleware's key, for the policies without a Key of
@@ -130,6 +146,7 @@ type Middleware struct {
 	rules    []string // the policies' rules
 	keyHdr   string
 	errLogs  rate.Sometimes // an unknown rule fails every request: log a few
+	settles  bool           // requests are settled once the handler returns
 }
 
 // New checks the options and builds the middleware. Every policy must name
@@ -149,6 +166,9 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	if opts.Cost == nil {
 		opts.Cost = func(*http.Request) int64 { return 1 }
 	}
+	if (opts.SettleHeader != "" || opts.SettleCallback) && len(opts.Policies) != 1 {
+		return nil, fmt.Errorf("httplimit: New: settling takes one policy, got %d", len(opts.Policies))
+	}
 	if opts.OnError == nil {
 		opts.OnError = func(http.ResponseWriter, *http.Request, error) bool { return false }
 	}
@@ -160,6 +180,7 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	if opts.KeyHeader != "" {
 		m.keyHdr = textproto.CanonicalMIMEHeaderKey(opts.KeyHeader)
 	}
+	m.settles = opts.SettleHeader != "" || opts.SettleCallback
 	return m, nil
 }
 
@@ -167,20 +188,26 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 // func(http.Handler) http.Handler, the shape routers take.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m.admit(w, r) {
+		res, ok := m.admit(w, r)
+		switch {
+		case !ok:
+		case res != nil:
+			m.serveSettled(w, r, res, next)
+		default:
 			next.ServeHTTP(w, r)
 		}
 	})
 }
 
 // admit decides r, writes the RateLimit fields, and answers a refusal. It
-// reports whether the request should be served.
-func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
+// reports whether the request should be served, and, when it is to be
+// settled, its reservation.
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) (*client.Reservation, bool) {
 	n := m.opts.Cost(r)
 	if n <= 0 {
-		return true
+		return nil, true
 	}
-	d, err := m.decide(r, n)
+	d, res, err := m.decide(r, n)
 	switch {
 	case errors.Is(err, client.ErrCostAboveCapacity):
 		// Not a fault of the limiter: this request can never pass, and
@@ -189,7 +216,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		// retry can pass, and no RateLimit, since nothing was decided.
 		m.setPolicy(w.Header())
 		writeProblem(w, tooCostly(n))
-		return false
+		return nil, false
 	case errors.Is(err, client.ErrUnknownRule):
 		// A rule the service asks for is gone (a reload removed it): refuse,
 		// as the SDK does, rather than serve without the limit.
@@ -197,29 +224,37 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 			m.opts.Logger.Error("httplimit: request refused: a policy's rule is unknown", "rules", m.rules, "err", err)
 		})
 		writeProblem(w, unknownRule(middleware.Unknown(m.c, m.rules)))
-		return false
+		return nil, false
 	case err != nil:
 		if r.Context().Err() != nil {
-			return false // the caller has gone; nobody to answer
+			return nil, false // the caller has gone; nobody to answer
 		}
 		m.errLogs.Do(func() {
 			m.opts.Logger.Warn("httplimit: request not decided", "rules", m.rules, "err", err)
 		})
-		return !m.opts.OnError(w, r, err)
+		return nil, !m.opts.OnError(w, r, err)
 	}
 	m.setFields(w.Header(), d)
 	if d.Allowed {
-		return true
+		return res, true
 	}
 	w.Header().Set("Retry-After", fmtInt(retrySeconds(d.RetryAfter)))
 	writeProblem(w, quotaExceeded(d.Rule, d.RetryAfter))
-	return false
+	return nil, false
 }
 
-func (m *Middleware) decide(r *http.Request, n int64) (client.Decision, error) {
+func (m *Middleware) decide(r *http.Request, n int64) (client.Decision, *client.Reservation, error) {
 	ctx := r.Context()
+	if m.settles {
+		res, err := m.c.Reserve(ctx, m.policies[0].Rule, m.policyKey(r, m.policies[0], ""), n)
+		if err != nil {
+			return client.Decision{}, nil, err
+		}
+		return res.Decision, res, nil
+	}
 	if len(m.policies) == 1 {
-		return m.c.AllowN(ctx, m.policies[0].Rule, m.policyKey(r, m.policies[0], ""), n)
+		d, err := m.c.AllowN(ctx, m.policies[0].Rule, m.policyKey(r, m.policies[0], ""), n)
+		return d, nil, err
 	}
 	limits := make([]client.RuleKey, len(m.policies))
 	shared := ""
@@ -229,7 +264,8 @@ func (m *Middleware) decide(r *http.Request, n int64) (client.Decision, error) {
 			shared = limits[i].Key // (one middleware key per request)
 		}
 	}
-	return m.c.AllowAll(ctx, n, limits...)
+	d, err := m.c.AllowAll(ctx, n, limits...)
+	return d, nil, err
 }
 
 // policyKey is p's key for r: its own, or the middleware's (shared, when
