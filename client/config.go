@@ -177,6 +177,10 @@ type Rule struct {
 	Shadow bool
 	// Overrides give some keys limits of their own.
 	Overrides []Override
+	// MaxDebt is the most a key may owe when settled costs pass their
+	// estimates (Reservation.Settle). default (nil): one burst for a
+	// token_bucket, none for a window rule
+	MaxDebt *int64
 }
 
 // Override gives one key (Key), or the keys a pattern matches (Match, where
@@ -204,7 +208,7 @@ func toRuleSet(rs []Rule) (*rules.Set, error) {
 			return nil, fmt.Errorf("client: Config.Rules[%d] %q: failure: want open or closed, got %q", i, r.Name, r.Failure)
 		}
 		list[i] = rules.Rule{Name: r.Name, Algorithm: alg, Limit: r.Limit, Period: r.Period, Burst: r.Burst,
-			Failure: failure, Strict: r.Strict, Shadow: r.Shadow,
+			Failure: failure, Strict: r.Strict, Shadow: r.Shadow, MaxDebt: r.MaxDebt,
 			Lease: rules.LeaseTuning{Min: r.LeaseMin, Max: r.LeaseMax, TTL: r.LeaseTTL, Refresh: r.LeaseRefresh}}
 		for _, o := range r.Overrides {
 			list[i].Overrides = append(list[i].Overrides, rules.Override{Key: o.Key, Match: o.Match, Limit: o.Limit, Burst: o.Burst})
