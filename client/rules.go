@@ -48,10 +48,13 @@ func (c *Client) Rule(name string) (Rule, bool) {
 }
 
 func (c *Client) fetchRules(ctx context.Context, opts ...grpc.CallOption) error {
-	resp, err := c.api.GetRules(ctx, &allotv1.GetRulesRequest{}, opts...)
+	resp, err := c.api.GetRules(ctx, &allotv1.GetRulesRequest{NodeId: c.cfg.NodeID}, opts...)
 	if err != nil {
 		return err
 	}
+	// The allocator's count of live nodes, this one among them: a fleet
+	// without gossip or Config.Nodes divides by it before its first lease.
+	c.mgr.SawFleet(int(resp.GetNodes()))
 	if cur := c.rules.Load(); cur.version == resp.GetVersion() && resp.GetVersion() != "" {
 		return nil
 	}

@@ -163,6 +163,14 @@ func (c *Core) MostHolders() int {
 // none. Safe for concurrent use.
 func (c *Core) Fleet() int { return int(c.fleet.Load()) }
 
+// SawFleet records the allocator's count of live nodes from outside an
+// Acquire (GetRules); 0 says nothing. Safe for concurrent use.
+func (c *Core) SawFleet(n int) {
+	if n > 0 {
+		c.fleet.Store(int32(min(n, 1<<30)))
+	}
+}
+
 // Keys is the number of keys held, over all rules. Safe for concurrent use.
 func (c *Core) Keys() int { return int(c.keys.Load()) }
 

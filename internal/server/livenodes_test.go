@@ -2,8 +2,12 @@ package server_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/internal/clock"
@@ -58,6 +62,30 @@ func TestLiveNodes(t *testing.T) {
 	}
 	if n := acquire("n2"); n != 2 {
 		t.Fatalf("n2 back: nodes %d, want 2", n)
+	}
+}
+
+// A node that names itself in GetRules is counted live, so that a fleet's
+// nodes know its size before their first lease; a bad id is refused,
+// naming the field, and counts nothing.
+func TestGetRulesCountsTheNodeThatAsks(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	c, _ := serveWith(t, server.Config{Store: memory(t), Clock: clk})
+	rulesAs := func(node string) (uint32, error) {
+		t.Helper()
+		resp, err := c.GetRules(ctx(t), &allotv1.GetRulesRequest{NodeId: node})
+		return resp.GetNodes(), err
+	}
+	for i, node := range []string{"n1", "n2", "n1", ""} {
+		if n, err := rulesAs(node); err != nil || n != []uint32{1, 2, 2, 2}[i] {
+			t.Fatalf("GetRules %d by %q: nodes %d (%v), want %d", i, node, n, err, []uint32{1, 2, 2, 2}[i])
+		}
+	}
+	if _, err := rulesAs(strings.Repeat("n", 200)); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "node_id") {
+		t.Fatalf("a 200-byte node id: %v, want InvalidArgument naming node_id", err)
+	}
+	if n, _ := rulesAs(""); n != 2 {
+		t.Fatalf("after a bad id: nodes %d, want 2", n)
 	}
 }
 

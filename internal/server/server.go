@@ -316,8 +316,16 @@ func (s *Server) Check(ctx context.Context, req *allotv1.CheckRequest) (*allotv1
 	}, nil
 }
 
-// GetRules implements allot.v1.Allocator.
-func (s *Server) GetRules(context.Context, *allotv1.GetRulesRequest) (*allotv1.GetRulesResponse, error) {
+// GetRules implements allot.v1.Allocator. A node that names itself is
+// counted live, so that the count it gets back includes it and the nodes
+// before it.
+func (s *Server) GetRules(_ context.Context, req *allotv1.GetRulesRequest) (*allotv1.GetRulesResponse, error) {
+	if node := req.GetNodeId(); node != "" {
+		if err := s.limits.checkNode(node); err != nil {
+			return nil, err
+		}
+		s.seen(node)
+	}
 	resp := s.rules.Load().ToProto()
 	resp.Nodes = uint32(s.live.count(s.clock.Mono()))
 	return resp, nil

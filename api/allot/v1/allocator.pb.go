@@ -938,7 +938,13 @@ func (x *CheckResponse) GetResetAfter() *durationpb.Duration {
 }
 
 type GetRulesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's node id, when a node asks (as in AcquireRequest): the
+	// allocator counts it among the live nodes, as it does for Acquire and
+	// Release, so that a fleet's nodes learn its size (GetRulesResponse.nodes)
+	// before their first lease. Empty: not counted (a tool, or an older
+	// node).
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -971,6 +977,13 @@ func (x *GetRulesRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use GetRulesRequest.ProtoReflect.Descriptor instead.
 func (*GetRulesRequest) Descriptor() ([]byte, []int) {
 	return file_allot_v1_allocator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetRulesRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 type GetRulesResponse struct {
@@ -1382,8 +1395,9 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12:\n" +
 	"\vreset_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"resetAfter\"\x11\n" +
-	"\x0fGetRulesRequest\"h\n" +
+	"resetAfter\"*\n" +
+	"\x0fGetRulesRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"h\n" +
 	"\x10GetRulesResponse\x12$\n" +
 	"\x05rules\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x05rules\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
