@@ -181,7 +181,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
 	st.tokens -= float64(g)
 	st.lent(req.Node, g)
-	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, FallbackNodes: told, Rate: st.lendRate(r, req.Node, now, ttl),
+	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, FallbackNodes: told, Rate: st.lendRate(r, req.Node, now),
 		FullFor: us(fullFor), FullInTTL: us(fullInTTL)}
 	// Back from its fallback, it keeps its reservation until its next
 	// request: it admits on it until this answer arrives.

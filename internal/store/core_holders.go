@@ -165,17 +165,22 @@ func (st *state) capConsumed(r *rules.Rule, node string, now, consumed int64, ag
 // wanted rates, and never more than the other holders' shares leave, so
 // that the shares sum to at most the rate at every instant (Doorman's
 // rule: a holder whose fair share shrank keeps its old one until it
-// renews, and the others grow as it does). A bucket in debt keeps back the
-// part of its rate that repays the debt within a TTL, and the holders'
+// renews, and the others grow as it does). A bucket in debt lends none: a
+// debt is paid before anything more is admitted, or settled costs
+// (core_debt.go) would go on being admitted beside a debt a TTL of the
+// rate cannot repay, and run it past the rule's max debt. The holders'
 // reservations, absent or back from an absence, are not lent
 // (core_absence.go).
-func (st *state) lendRate(r *rules.Rule, node string, now, ttl int64) float64 {
+func (st *state) lendRate(r *rules.Rule, node string, now int64) float64 {
 	self := st.holders[node]
 	if self.wantRate <= 0 {
 		return 0
 	}
 	rate := ratePerSecond(r)
-	avail := rate - math.Min(rate, math.Max(-st.tokens, 0)*1e6/float64(ttl)) - st.reservedRates(r, now)
+	avail := rate - st.reservedRates(r, now)
+	if st.tokens < 0 {
+		avail = 0
+	}
 	var wants, held []float64
 	for n, h := range st.holders {
 		if !h.present(now) { // its share ended with its lease

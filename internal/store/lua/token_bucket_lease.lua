@@ -32,7 +32,10 @@ local function lend_rate(st, node, now)
   if self[3] <= 0 then
     return 0
   end
-  local avail = per_second - min(per_second, max(-st.t, 0) * 1e6 / ttl) - reserved_rates(st, now)
+  local avail = per_second - reserved_rates(st, now)
+  if st.t < 0 then
+    avail = 0
+  end
   local wants, held = {}, {}
   for n, h in pairs(st.holders) do
     if h[1] > now then

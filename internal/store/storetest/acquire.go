@@ -108,14 +108,18 @@ func testShareEndsWithLease(t *testing.T, h Harness) {
 // within a TTL.
 func testShareHeldBackByDebt(t *testing.T, h Harness) {
 	s, r := h.New(t), fastRule(t, 10*time.Second)
-	// Drain, then report 5,000 admitted in fallback: the report stops at
-	// the node's share, one capacity, 1,000 tokens, owed less what the
-	// bucket earned meanwhile (a few tenths on a store whose clock runs), to
-	// repay over the 10 s TTL: 100/s kept back.
+	// Drain, then report 20 admitted in fallback: a bucket in debt lends
+	// no rate, its whole rate repays the debt before anything more is
+	// admitted.
 	acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Want: 1000})
-	l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Consumed: 5000, WantRate: 1000})
-	if l.Rate < 899 || l.Rate > 901 {
-		t.Fatalf("share %g/s with 1000 tokens of debt over a 10s TTL, want 900/s", l.Rate)
+	l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "a", Consumed: 20, WantRate: 1000})
+	if l.Rate != 0 || l.Granted != 0 {
+		t.Fatalf("lease %+v with 20 tokens of debt, want no share and no token", l)
+	}
+	// Repaid by 30 ms of refill, the bucket lends its rate again, shared.
+	h.Advance(t, 30*time.Millisecond)
+	if l := acquireRate(t, s, store.AcquireRequest{Rule: r, Key: "k", Node: "b", WantRate: 500}); l.Rate != 500 {
+		t.Fatalf("share %g/s once the debt is repaid, want 500/s", l.Rate)
 	}
 }
 
