@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -102,4 +103,20 @@ var (
 	_ = readmeUsingTheSDK
 	_ = readmeGossip
 	_ = readmeSecurityNodes
+	_ = configurationSettle
 )
+
+func complete(string) int64 { return 1 }
+
+// configurationSettle is configuration.md's "Costs settled after the work".
+func configurationSettle(ctx context.Context, c *client.Client, apiKey, prompt string) error {
+	res, err := c.Reserve(ctx, "llm-tokens", apiKey, 1) // an estimate of 1
+	if err != nil || !res.Allowed {
+		return errTooManyRequests
+	}
+	used := complete(prompt) // the work: the tokens it used
+	if err := res.Settle(used); err != nil {
+		slog.Warn("settled in part", "err", err) // ErrDebtAboveMax: past max_debt
+	}
+	return nil
+}
