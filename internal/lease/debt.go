@@ -29,12 +29,21 @@ func (k *KeyLease) Charge(v Verdict, n int64, now time.Duration) (dropped int64,
 		}
 		// Closed: the key is served again, and its lease pays.
 	}
+	// A window's tokens past their window (which the Core has not taken
+	// out yet) were counted there: the cost, settled now, is this window's.
+	dead := false
+	if sb := k.spendBy.Load(); sb != 0 && !monoAt(now).Before(mono(sb)) {
+		dead = true
+	}
 	for {
 		t := k.tokens.Load()
 		if t < 0 {
 			return n, true
 		}
 		got := min(t, n)
+		if dead {
+			got = 0
+		}
 		if k.tokens.CompareAndSwap(t, t-got) {
 			n -= got
 			if t-got < k.low.Load() {
@@ -54,7 +63,8 @@ func (k *KeyLease) Charge(v Verdict, n int64, now time.Duration) (dropped int64,
 			break
 		}
 	}
-	k.WantRefill() // the debt travels with the next request
+	k.demand.Add(n) // (the rate estimate counts what the lease did not serve)
+	k.WantRefill()  // the debt travels with the next request
 	return dropped, false
 }
 

@@ -147,3 +147,29 @@ func TestSettledOnTheFallback(t *testing.T) {
 		t.Fatalf("the allowance counts %d admitted, want 700 (1 and 699 settled)", n)
 	}
 }
+
+// A window key's tokens past their window were counted there: a cost
+// settled after it is not paid with them, and a window rule, which owes
+// nothing unless its file says so, counts none of it.
+func TestSettledPastTheWindowIsNotPaidWithItsTokens(t *testing.T) {
+	g := newRig(t, func(c *Config) { c.TokensOnly = true })
+	k := func() *KeyLease { return g.key("win", "k") }
+	g.decide("win", "k", 1)
+	g.to(time.Millisecond)
+	g.answer()
+	v := g.decide("win", "k", 1)
+	if !v.Allowed || k().spendBy.Load() == 0 {
+		t.Fatalf("admit: %+v, spendBy %d", v, k().spendBy.Load())
+	}
+	held := k().Tokens()
+	if held < 1 {
+		t.Fatalf("the lease holds %d", held)
+	}
+	late := time.Duration(k().spendBy.Load()) + time.Millisecond
+	if dropped, _ := k().Charge(v, 1, late); dropped != 1 || k().Tokens() != held {
+		t.Fatalf("settled after the window: dropped %d, tokens %d (were %d); want 1 dropped, none taken", dropped, k().Tokens(), held)
+	}
+	if dropped, _ := k().Charge(v, 1, g.now()); dropped != 0 || k().Tokens() != held-1 {
+		t.Fatalf("settled in the window: dropped %d, tokens %d; want the lease to pay", dropped, k().Tokens())
+	}
+}
