@@ -31,15 +31,12 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 		// Sent again as it was, but for whether it leaves on the fallback:
 		// a copy the store never saw is applied now, and the key may admit
 		// on its fallback until this one's answer arrives.
-		f.onFallback = f.onFallback || k.table.c.Down() || k.fallback.Load() != nil
+		f.onFallback = f.onFallback || k.mayFallBack()
 	} else {
 		r := k.Rule()
 		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
 			returned: k.takeOverflow() + k.unusedNow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e),
-			// Sent while the allocator is taken for down, the key may admit
-			// on its fallback until the answer arrives: the store keeps its
-			// reservation until its next request (store.AcquireRequest).
-			onFallback: k.table.c.Down() || k.fallback.Load() != nil}
+			onFallback: k.mayFallBack()}
 		if !k.sent && !mutate.On(mutate.SizeByHistory) {
 			// The first request asks for what is already waiting on it; a hot
 			// key's lease then doubles until it keeps up (sample). (Asking
@@ -64,6 +61,12 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 	k.req.inFlight, k.sent = f, true
 	return f
 }
+
+// mayFallBack reports whether a request leaving now leaves on the
+// fallback: the allocator is taken for down, or the key has an allowance,
+// so it may admit on its fallback until the answer arrives, and the store
+// keeps its reservation until its next request (store.AcquireRequest).
+func (k *KeyLease) mayFallBack() bool { return k.table.c.Down() || k.fallback.Load() != nil }
 
 // retry returns the key's last request if it failed and may still be
 // answered again: the allocator keeps a holder's last answer for a TTL.
