@@ -12,6 +12,7 @@ var algorithmToProto = map[Algorithm]allotv1.Algorithm{
 	FixedWindow:   allotv1.Algorithm_ALGORITHM_FIXED_WINDOW,
 	SlidingWindow: allotv1.Algorithm_ALGORITHM_SLIDING_WINDOW,
 	SlidingLog:    allotv1.Algorithm_ALGORITHM_SLIDING_LOG,
+	Concurrency:   allotv1.Algorithm_ALGORITHM_CONCURRENCY,
 }
 
 // ToProto is the wire form of the set, as GetRules returns it.
@@ -22,7 +23,7 @@ func (s *Set) ToProto() *allotv1.GetRulesResponse {
 		if r.Failure == FailClosed {
 			failure = allotv1.Failure_FAILURE_CLOSED
 		}
-		out.Rules = append(out.Rules, &allotv1.Rule{
+		pr := &allotv1.Rule{
 			Name:      r.Name,
 			Algorithm: algorithmToProto[r.Algorithm],
 			Limit:     r.Limit,
@@ -39,7 +40,11 @@ func (s *Set) ToProto() *allotv1.GetRulesResponse {
 				Ttl:     durationpb.New(r.Lease.TTL),
 				Refresh: durationpb.New(r.Lease.Refresh),
 			},
-		})
+		}
+		if r.MaxHold != 0 {
+			pr.MaxHold = durationpb.New(r.MaxHold)
+		}
+		out.Rules = append(out.Rules, pr)
 	}
 	return out
 }
@@ -57,6 +62,7 @@ func FromProto(resp *allotv1.GetRulesResponse) (*Set, error) {
 			Shadow: pr.GetShadow(),
 			// An allocator before the field gives none: the default.
 			MaxDebt: copyDebt(pr.MaxDebt),
+			MaxHold: pr.GetMaxHold().AsDuration(),
 			Lease: LeaseTuning{
 				Min:     pr.GetLease().GetMin(),
 				Max:     pr.GetLease().GetMax(),

@@ -18,6 +18,9 @@ const (
 	FixedWindow
 	SlidingWindow
 	SlidingLog
+	// Concurrency limits requests in flight, fleet-wide: no period, a slot
+	// taken per request and given back when it ends (concurrency.go).
+	Concurrency
 )
 
 var algorithmNames = map[Algorithm]string{
@@ -25,6 +28,7 @@ var algorithmNames = map[Algorithm]string{
 	FixedWindow:   "fixed_window",
 	SlidingWindow: "sliding_window",
 	SlidingLog:    "sliding_log",
+	Concurrency:   "concurrency",
 }
 
 func (a Algorithm) String() string {
@@ -41,7 +45,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, fixed_window, sliding_window or sliding_log)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want token_bucket, fixed_window, sliding_window, sliding_log or concurrency)", s)
 }
 
 // Failure is what a node does when it holds no lease and cannot reach the
@@ -88,6 +92,10 @@ type Rule struct {
 	Overrides []Override
 	// MaxDebt is the file's max_debt, nil when it gives none: see Debt.
 	MaxDebt *int64
+	// MaxHold is a concurrency rule's max_hold (concurrency.go): how long
+	// a slot taken on a lease stays covered by it should the node lose the
+	// allocator. 0 for the other algorithms.
+	MaxHold time.Duration
 
 	keyed *keyed // the overrides' rules, by key; nil without overrides
 	base  *Rule  // for an override's rule, the rule it overrides
@@ -152,7 +160,10 @@ func (r *Rule) Capacity() int64 {
 func (r *Rule) Rate() float64 { return float64(r.Limit) / r.Period.Seconds() }
 
 // Leasable reports whether nodes may hold leases on the rule's keys.
-func (r *Rule) Leasable() bool { return !r.Strict && r.Algorithm != SlidingLog }
+// A concurrency rule's keys are leased as slots, not tokens (IsConcurrency).
+func (r *Rule) Leasable() bool {
+	return !r.Strict && r.Algorithm != SlidingLog && r.Algorithm != Concurrency
+}
 
 // FieldError is a validation error that names the rule and the field.
 // Loaders add the file and the line.
@@ -191,7 +202,13 @@ func (r *Rule) Normalize() error {
 		return bad("name", "%v", err)
 	}
 	if _, ok := algorithmNames[r.Algorithm]; !ok {
-		return bad("algorithm", "is required (token_bucket, fixed_window, sliding_window or sliding_log)")
+		return bad("algorithm", "is required (token_bucket, fixed_window, sliding_window, sliding_log or concurrency)")
+	}
+	if r.Algorithm == Concurrency {
+		return r.normalizeConcurrency(bad)
+	}
+	if r.MaxHold != 0 {
+		return bad("max_hold", "is for concurrency rules, the longest a slot is covered once its node loses the allocator; a %s rule has no slots", r.Algorithm)
 	}
 	if r.Limit <= 0 || r.Limit > MaxLimit {
 		return bad("limit", "must be between 1 and %d, got %d", MaxLimit, r.Limit)

@@ -62,7 +62,9 @@ func (r *Rule) digest() string {
 	}
 	c := *r
 	c.keyed, c.base, c.MaxDebt = nil, nil, nil
-	return digestDebt(fmt.Sprintf("%+v", c), r.MaxDebt)
+	// A rule without max_hold (every rule but a concurrency one) keeps the
+	// digest it had before the field.
+	return digestDebt(strings.Replace(fmt.Sprintf("%+v", c), " MaxHold:0s", "", 1), r.MaxDebt)
 }
 
 func (s *Set) hash() string {

@@ -220,6 +220,8 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 		var n int64
 		n, err = scalarInt(v)
 		r.MaxDebt = &n
+	case "max_hold":
+		r.MaxHold, err = scalarDuration(v)
 	case "failure":
 		r.Failure, err = parseFailure(v.Value)
 	case "strict":
@@ -231,7 +233,7 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 	case "overrides":
 		return p.overrides(r, label, v)
 	default:
-		err = errors.New("unknown field (name, algorithm, limit, period, time_zone, burst, max_debt, failure, strict, shadow, lease, overrides)")
+		err = errors.New("unknown field (name, algorithm, limit, period, time_zone, burst, max_debt, max_hold, failure, strict, shadow, lease, overrides)")
 	}
 	if err != nil {
 		return p.fail(v, label, fieldName(name), "%v", err)

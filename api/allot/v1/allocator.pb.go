@@ -34,6 +34,9 @@ const (
 	Algorithm_ALGORITHM_FIXED_WINDOW   Algorithm = 2
 	Algorithm_ALGORITHM_SLIDING_WINDOW Algorithm = 3
 	Algorithm_ALGORITHM_SLIDING_LOG    Algorithm = 4
+	// Requests in flight, leased as slots (LeaseRequest.slots_kept); no
+	// period. Nodes that do not know it refuse the rule set.
+	Algorithm_ALGORITHM_CONCURRENCY Algorithm = 5
 )
 
 // Enum value maps for Algorithm.
@@ -44,6 +47,7 @@ var (
 		2: "ALGORITHM_FIXED_WINDOW",
 		3: "ALGORITHM_SLIDING_WINDOW",
 		4: "ALGORITHM_SLIDING_LOG",
+		5: "ALGORITHM_CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"ALGORITHM_UNSPECIFIED":    0,
@@ -51,6 +55,7 @@ var (
 		"ALGORITHM_FIXED_WINDOW":   2,
 		"ALGORITHM_SLIDING_WINDOW": 3,
 		"ALGORITHM_SLIDING_LOG":    4,
+		"ALGORITHM_CONCURRENCY":    5,
 	}
 )
 
@@ -256,7 +261,14 @@ type LeaseRequest struct {
 	// max_debt. Unlike consumed, not bounded by the node's fallback share.
 	// On a strict rule, an Acquire may carry it alone. 0 from a node before
 	// this field.
-	Settled       int64 `protobuf:"varint,13,opt,name=settled,proto3" json:"settled,omitempty"`
+	Settled int64 `protobuf:"varint,13,opt,name=settled,proto3" json:"settled,omitempty"`
+	// Concurrency rules only (ALGORITHM_CONCURRENCY): the slots the node
+	// keeps of what it holds, those in use among them. want is then the
+	// slots it would hold (absolute, not more), and the lease's granted what
+	// it holds after the call: never fewer than slots_kept, when it held
+	// that many. Unset: it keeps none (a first request, or one after its
+	// lease ended).
+	SlotsKept     *int64 `protobuf:"varint,14,opt,name=slots_kept,json=slotsKept,proto3,oneof" json:"slots_kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +394,13 @@ func (x *LeaseRequest) GetSettled() int64 {
 	return 0
 }
 
+func (x *LeaseRequest) GetSlotsKept() int64 {
+	if x != nil && x.SlotsKept != nil {
+		return *x.SlotsKept
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One lease per request, in request order.
@@ -500,6 +519,10 @@ type Lease struct {
 	// key together admits no more than the rule. 0: an allocator before this
 	// field (divide by holders).
 	FallbackNodes uint32 `protobuf:"varint,13,opt,name=fallback_nodes,json=fallbackNodes,proto3" json:"fallback_nodes,omitempty"`
+	// Concurrency rules only: the node's fair share of the rule's slots, by
+	// its holders' wants. A node holding more gives slots back as they are
+	// released, down to it, so that the others' wants can be met.
+	SlotShare     int64 `protobuf:"varint,14,opt,name=slot_share,json=slotShare,proto3" json:"slot_share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -621,6 +644,13 @@ func (x *Lease) GetFullInTtl() *durationpb.Duration {
 func (x *Lease) GetFallbackNodes() uint32 {
 	if x != nil {
 		return x.FallbackNodes
+	}
+	return 0
+}
+
+func (x *Lease) GetSlotShare() int64 {
+	if x != nil {
+		return x.SlotShare
 	}
 	return 0
 }
@@ -1070,7 +1100,11 @@ type Rule struct {
 	// The most a key may owe when settled costs pass what was reserved
 	// (LeaseRequest.settled), as the file gave it; unset: one burst for a
 	// token bucket (an override's own), none for a window rule.
-	MaxDebt       *int64 `protobuf:"varint,11,opt,name=max_debt,json=maxDebt,proto3,oneof" json:"max_debt,omitempty"`
+	MaxDebt *int64 `protobuf:"varint,11,opt,name=max_debt,json=maxDebt,proto3,oneof" json:"max_debt,omitempty"`
+	// Concurrency rules: how long before a lease ends its node stops taking
+	// slots on it, so that a slot stays counted by the store for this long
+	// at least should the node lose the allocator.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,12,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1180,6 +1214,13 @@ func (x *Rule) GetMaxDebt() int64 {
 		return *x.MaxDebt
 	}
 	return 0
+}
+
+func (x *Rule) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
 }
 
 // KeyOverride gives one key, or the keys a pattern matches, their own
@@ -1335,7 +1376,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x98\x03\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xcb\x03\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1351,12 +1392,15 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x0efallback_nodes\x18\v \x01(\rR\rfallbackNodes\x12\x1f\n" +
 	"\von_fallback\x18\f \x01(\bR\n" +
 	"onFallback\x12\x18\n" +
-	"\asettled\x18\r \x01(\x03R\asettledB\a\n" +
-	"\x05_held\"u\n" +
+	"\asettled\x18\r \x01(\x03R\asettled\x12\"\n" +
+	"\n" +
+	"slots_kept\x18\x0e \x01(\x03H\x01R\tslotsKept\x88\x01\x01B\a\n" +
+	"\x05_heldB\r\n" +
+	"\v_slots_kept\"u\n" +
 	"\x0fAcquireResponse\x12'\n" +
 	"\x06leases\x18\x01 \x03(\v2\x0f.allot.v1.LeaseR\x06leases\x12#\n" +
 	"\rrules_version\x18\x02 \x01(\tR\frulesVersion\x12\x14\n" +
-	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\xc0\x03\n" +
+	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\xdf\x03\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -1372,7 +1416,9 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	" \x01(\x01R\x04rate\x124\n" +
 	"\bfull_for\x18\v \x01(\v2\x19.google.protobuf.DurationR\afullFor\x129\n" +
 	"\vfull_in_ttl\x18\f \x01(\v2\x19.google.protobuf.DurationR\tfullInTtl\x12%\n" +
-	"\x0efallback_nodes\x18\r \x01(\rR\rfallbackNodes\"U\n" +
+	"\x0efallback_nodes\x18\r \x01(\rR\rfallbackNodes\x12\x1d\n" +
+	"\n" +
+	"slot_share\x18\x0e \x01(\x03R\tslotShare\"U\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\areturns\x18\x02 \x03(\v2\x10.allot.v1.ReturnR\areturns\"~\n" +
@@ -1401,7 +1447,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x10GetRulesResponse\x12$\n" +
 	"\x05rules\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x05rules\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
-	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\x98\x03\n" +
+	"\x05nodes\x18\x03 \x01(\rR\x05nodes\"\xce\x03\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x13.allot.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1414,7 +1460,8 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x06shadow\x18\t \x01(\bR\x06shadow\x123\n" +
 	"\toverrides\x18\n" +
 	" \x03(\v2\x15.allot.v1.KeyOverrideR\toverrides\x12\x1e\n" +
-	"\bmax_debt\x18\v \x01(\x03H\x00R\amaxDebt\x88\x01\x01B\v\n" +
+	"\bmax_debt\x18\v \x01(\x03H\x00R\amaxDebt\x88\x01\x01\x124\n" +
+	"\bmax_hold\x18\f \x01(\v2\x19.google.protobuf.DurationR\amaxHoldB\v\n" +
 	"\t_max_debt\"a\n" +
 	"\vKeyOverride\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -1425,13 +1472,14 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x03min\x18\x01 \x01(\x03R\x03min\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\x03R\x03max\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x123\n" +
-	"\arefresh\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\arefresh*\x97\x01\n" +
+	"\arefresh\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\arefresh*\xb2\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x01\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x02\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x03\x12\x19\n" +
-	"\x15ALGORITHM_SLIDING_LOG\x10\x04*H\n" +
+	"\x15ALGORITHM_SLIDING_LOG\x10\x04\x12\x19\n" +
+	"\x15ALGORITHM_CONCURRENCY\x10\x05*H\n" +
 	"\aFailure\x12\x17\n" +
 	"\x13FAILURE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fFAILURE_OPEN\x10\x01\x12\x12\n" +
@@ -1492,21 +1540,22 @@ var file_allot_v1_allocator_proto_depIdxs = []int32{
 	1,  // 13: allot.v1.Rule.failure:type_name -> allot.v1.Failure
 	15, // 14: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
 	14, // 15: allot.v1.Rule.overrides:type_name -> allot.v1.KeyOverride
-	16, // 16: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
-	16, // 17: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
-	2,  // 18: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
-	6,  // 19: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
-	9,  // 20: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
-	11, // 21: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
-	4,  // 22: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
-	8,  // 23: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
-	10, // 24: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
-	12, // 25: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	16, // 16: allot.v1.Rule.max_hold:type_name -> google.protobuf.Duration
+	16, // 17: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
+	16, // 18: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
+	2,  // 19: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
+	6,  // 20: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
+	9,  // 21: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
+	11, // 22: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
+	4,  // 23: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
+	8,  // 24: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
+	10, // 25: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
+	12, // 26: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
+	23, // [23:27] is the sub-list for method output_type
+	19, // [19:23] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_allot_v1_allocator_proto_init() }
