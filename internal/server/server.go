@@ -32,7 +32,7 @@ type Config struct {
 	// Rules is the initial rule set. Required; replace it with SetRules.
 	Rules *rules.Set
 	// StoreTimeout bounds each store call, so that a dead backend costs
-	// milliseconds. default: 100ms
+	// milliseconds. default: DefaultStoreTimeout
 	StoreTimeout time.Duration
 	// Limits bound the input. default: DefaultLimits()
 	Limits Limits
@@ -65,6 +65,11 @@ type Server struct {
 	live     *liveNodes
 }
 
+// DefaultStoreTimeout is Config.StoreTimeout's default: well under a
+// node's lease call timeout, so that a call on a dead store fails in time
+// for the node to try another allocator.
+const DefaultStoreTimeout = 100 * time.Millisecond
+
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
@@ -76,7 +81,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{store: cfg.Store, timeout: cfg.StoreTimeout, limits: cfg.Limits.withDefaults(),
 		metrics: cfg.Metrics, log: cfg.Logger}
 	if s.timeout <= 0 {
-		s.timeout = 100 * time.Millisecond
+		s.timeout = DefaultStoreTimeout
 	}
 	if s.log == nil {
 		s.log = slog.Default()

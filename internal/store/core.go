@@ -24,7 +24,8 @@ type state struct {
 	stamp   int64      // token bucket: µs of the last refill; windows: the window index
 	log     []logEntry // sliding log: the admitted requests, oldest first
 	holders map[string]holder
-	expires int64 // µs after which the state may be forgotten
+	slots   *slotState // a concurrency rule's (core_concurrency.go); nil for the others
+	expires int64      // µs after which the state may be forgotten
 }
 
 type holder struct {
@@ -66,6 +67,9 @@ type holder struct {
 // (see fullness).
 func newState(r *rules.Rule, now int64) *state {
 	st := &state{}
+	if r.IsConcurrency() {
+		st.slots = &slotState{holders: map[string]slotHolder{}}
+	}
 	if r.Algorithm == rules.TokenBucket {
 		st.tokens, st.stamp = float64(r.Burst), now-2*r.Lease.TTL.Microseconds()
 	}
@@ -137,6 +141,9 @@ func sortedSum(xs []float64) float64 {
 // that window.
 func (st *state) acquire(r *rules.Rule, now int64, req *AcquireRequest) Lease {
 	ttl := r.Lease.TTL.Microseconds()
+	if r.IsConcurrency() {
+		return st.slots.acquire(r, now, req, &st.expires)
+	}
 	if !r.Leasable() {
 		return st.report(r, now, ttl, req)
 	}
@@ -227,6 +234,8 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 func (st *state) release(r *rules.Rule, now int64, ret *Return) {
 	ttl := r.Lease.TTL.Microseconds()
 	switch r.Algorithm {
+	case rules.Concurrency:
+		st.slots.release(now, ret.Node, &st.expires)
 	case rules.TokenBucket:
 		credited, _ := st.giveBack(ret.Node, now, ttl, 0, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
 		delete(st.holders, ret.Node)

@@ -215,7 +215,7 @@ func (m *Memory) Release(ctx context.Context, rets []Return) error {
 		return err
 	}
 	for i := range rets {
-		if !rets[i].Rule.Leasable() {
+		if !rets[i].Rule.Leasable() && !rets[i].Rule.IsConcurrency() {
 			return ErrNotLeasable
 		}
 	}
@@ -231,6 +231,9 @@ func (m *Memory) Release(ctx context.Context, rets []Return) error {
 func (m *Memory) Check(ctx context.Context, r *rules.Rule, key string, cost int64) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
+	}
+	if r.IsConcurrency() {
+		return Decision{}, ErrConcurrencyCheck
 	}
 	if cost > r.Capacity() {
 		return Decision{}, ErrCostAboveCapacity

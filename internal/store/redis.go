@@ -145,6 +145,12 @@ func (s *Redis) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, er
 	}
 	out := make([]Lease, len(reqs))
 	for i, v := range replies {
+		if reqs[i].Rule.IsConcurrency() {
+			if out[i], err = slotReply(v); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		ints, rate, err := leaseReply(v)
 		if err != nil {
 			return nil, err
@@ -161,7 +167,7 @@ func (s *Redis) Release(ctx context.Context, rets []Return) error {
 		return err
 	}
 	for i := range rets {
-		if !rets[i].Rule.Leasable() {
+		if !rets[i].Rule.Leasable() && !rets[i].Rule.IsConcurrency() {
 			return ErrNotLeasable
 		}
 	}
@@ -177,6 +183,9 @@ func (s *Redis) Release(ctx context.Context, rets []Return) error {
 func (s *Redis) Check(ctx context.Context, r *rules.Rule, key string, cost int64) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
+	}
+	if r.IsConcurrency() {
+		return Decision{}, ErrConcurrencyCheck
 	}
 	if cost > r.Capacity() {
 		return Decision{}, ErrCostAboveCapacity
@@ -271,6 +280,9 @@ func (s *Redis) ruleArgs(r *rules.Rule) msgpack {
 }
 
 func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
+	if req.Rule.IsConcurrency() {
+		return s.slotCall(req)
+	}
 	// Then whether the rule is strict (the acquire only reports
 	// consumption), what the node holds (-1: it did not say), what its
 	// fallback divides by and whether it sent on its fallback; then what

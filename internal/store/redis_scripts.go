@@ -254,6 +254,8 @@ var (
 	luaSlidingWindowLease string
 	//go:embed lua/sliding_log.lua
 	luaSlidingLog string
+	//go:embed lua/concurrency.lua
+	luaConcurrency string
 )
 
 // scripts is indexed by rules.Algorithm. A tag names a state's layout: a
@@ -272,6 +274,8 @@ var scripts = [...]*luaScript{
 	rules.FixedWindow:   newLuaScript("fixed_window", "fw3", luaFixedWindow, luaLease, luaFixedWindowLease),
 	rules.SlidingWindow: newLuaScript("sliding_window", "sw3", luaSlidingWindow, luaLease, luaSlidingWindowLease),
 	rules.SlidingLog:    newLuaScript("sliding_log", "sl2", luaSlidingLog),
+	// cc1: a concurrency key's holders (core_concurrency.go).
+	rules.Concurrency: newLuaScript("concurrency", "cc1", luaConcurrency),
 }
 
 func newLuaScript(name, tag string, parts ...string) *luaScript {
@@ -281,5 +285,5 @@ func newLuaScript(name, tag string, parts ...string) *luaScript {
 }
 
 // scriptFor returns the script of r's algorithm; rules are normalized, so
-// the algorithm is one of the four.
+// the algorithm is one of the five.
 func scriptFor(r *rules.Rule) *luaScript { return scripts[r.Algorithm] }

@@ -67,12 +67,17 @@ type AcquireRequest struct {
 	// answer arrives, and a holder back from an absence keeps its
 	// reservation until its next request even when it reports nothing.
 	OnFallback bool
+	// SlotsKept, on a concurrency rule (core_concurrency.go), is what the
+	// node keeps of the slots it holds; Want is then the slots it would
+	// hold in all. The other fields mean nothing there.
+	SlotsKept int64
 }
 
 // Reportable reports whether the store may take the request: any request
-// on a leasable rule, a consumption report only on a strict one.
+// on a leasable rule or a concurrency rule, a consumption report only on a
+// strict one.
 func (r *AcquireRequest) Reportable() bool {
-	return r.Rule.Leasable() || (r.Want == 0 && r.WantRate == 0 && r.Returned == 0)
+	return r.Rule.Leasable() || r.Rule.IsConcurrency() || (r.Want == 0 && r.WantRate == 0 && r.Returned == 0)
 }
 
 // Lease is what the store lent.
@@ -95,9 +100,13 @@ type Lease struct {
 	// the key, at least: Holders, or more so that the fallback shares told
 	// to the key's holders never sum above the rule (fallbackNodes).
 	FallbackNodes int64
+	// SlotShare (concurrency rules) is the node's fair share of the slots
+	// by its holders' wants; Granted is then the slots it holds in all.
+	SlotShare int64
 }
 
-// Return gives back tokens of a lease.
+// Return gives back tokens of a lease. On a concurrency rule it gives back
+// every slot the node holds of the key: Tokens and Epoch mean nothing.
 type Return struct {
 	Rule   *rules.Rule
 	Key    string
@@ -126,6 +135,9 @@ var (
 	ErrNotLeasable = errors.New("store: rule is strict and cannot be leased")
 	// ErrCostAboveCapacity is returned by Check for a cost that can never pass.
 	ErrCostAboveCapacity = errors.New("store: cost exceeds the rule's capacity")
+	// ErrConcurrencyCheck is returned by Check for a concurrency rule,
+	// whose slots are leased and given back, never checked one by one.
+	ErrConcurrencyCheck = errors.New("store: a concurrency rule's slots are leased (Acquire with slots_kept), not checked")
 	// ErrCalendarClock is returned, wrapped in ErrUnavailable, when Redis'
 	// clock lies outside the calendar windows the allocator computed from
 	// its own clock: the two are more than a period apart. Nothing of the

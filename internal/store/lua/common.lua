@@ -276,10 +276,15 @@ local req = {}
 
 -- dispatch runs the call's operation on every item; setup, if any, derives
 -- what the algorithm needs from the item's rule.
-local function dispatch(acquire, release, check, setup)
-  -- The store's clock is Redis' own: callers' clocks never enter a decision.
+-- store_now is the store's clock, Redis' own, in µs: callers' clocks never
+-- enter a decision. Every script reads it once a call, here.
+local function store_now()
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function dispatch(acquire, release, check, setup)
+  local now = store_now()
   local op, replies = ARGV[1], {}
   if not (op == 'a' and acquire or op == 'r' and release or op == 'c' and check) then
     return redis.error_reply('ERR allot: unsupported operation ' .. tostring(op))

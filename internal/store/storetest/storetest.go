@@ -167,6 +167,7 @@ func Run(t *testing.T, h Harness) {
 		{"CalendarReportIsDebited", testCalendarReport},
 		{"WindowLimitRaisedAndCut", testWindowLimitRaisedAndCut},
 	}
+	tests = append(tests, slotTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, h) })
 	}

@@ -1,0 +1,141 @@
+-- concurrency.lua: core_concurrency.go, line by line. A concurrency key's
+-- state is one Redis string of MessagePack values: x (the expiry, µs), then
+-- five per holder: node, held, want, until (µs) and since (µs). Every number
+-- is a whole number below 2^53. The key's TTL reaches x, set in the same
+-- SET. The script has its own dispatch (common.lua's reads token items):
+-- an acquire item's arguments are limit, period, burst and ttl (µs), as
+-- every item's, then node, want, kept and the rule's lease max; a release
+-- item's node; concurrency rules have no checks.
+
+local function slot_load(now)
+  local v = call('GET', key)
+  local st = { holders = {} }
+  if not v then
+    return st
+  end
+  local t = { unpack_all(v) }
+  if t[1] <= now then
+    return st
+  end
+  for i = 2, #t, 5 do
+    local h = { held = t[i + 1], want = t[i + 2], ['until'] = t[i + 3], since = t[i + 4] }
+    if h['until'] > now then -- dropEnded
+      st.holders[t[i]] = h
+    end
+  end
+  return st
+end
+
+-- slot_save writes the holders back, or deletes the key without any.
+local function slot_save(st, now)
+  local x, parts = now, {}
+  for node, h in pairs(st.holders) do
+    x = max(x, h['until'])
+    parts[#parts + 1] = pack(node, h.held, h.want, h['until'], h.since)
+  end
+  if x <= now then
+    call('DEL', key)
+    return
+  end
+  call('SET', key, pack(x) .. table.concat(parts), 'PX', max(1, ceil((x - now) / 1000)))
+end
+
+-- slot_first is core_concurrency.go's slotFirst, as a less-than.
+local function slot_first(a, b)
+  if a.h.since ~= b.h.since then
+    return a.h.since < b.h.since
+  end
+  return a.node < b.node
+end
+
+-- slot_share is slotState.share.
+local function slot_share(st, node, me)
+  local cs = { { node = node, h = me } }
+  for n, h in pairs(st.holders) do
+    if n ~= node and h.want > 0 then
+      cs[#cs + 1] = { node = n, h = h }
+    end
+  end
+  sort(cs, function(a, b) return a.h.want < b.h.want end)
+  local left, i = limit, 1
+  while i <= #cs do
+    if cs[i].h.want * (#cs - i + 1) > left then
+      break
+    end
+    if cs[i].node == node then
+      return me.want
+    end
+    left = left - cs[i].h.want
+    i = i + 1
+  end
+  local rest = {}
+  for j = i, #cs do
+    rest[#rest + 1] = cs[j]
+  end
+  local level = floor(left / #rest)
+  local extra = left - level * #rest
+  sort(rest, slot_first)
+  for j = 1, #rest do
+    if rest[j].node == node then
+      if j - 1 < extra then
+        return level + 1
+      end
+      return level
+    end
+  end
+  return level
+end
+
+local function slot_acquire(now, node, want, kept, lease_max)
+  local st = slot_load(now)
+  local h = st.holders[node]
+  if not h then
+    h = { held = 0, want = 0, ['until'] = 0, since = now }
+  end
+  kept = min(max(kept, 0), h.held)
+  want = min(max(want, kept), lease_max)
+  local others, holders = 0, 0
+  for n, o in pairs(st.holders) do
+    if n ~= node then
+      others = others + o.held
+    end
+  end
+  h.want = want
+  local share = slot_share(st, node, h)
+  h.held = max(kept, min(want, limit - others, share))
+  h['until'] = now + ttl
+  if h.held == 0 and want == 0 then
+    st.holders[node] = nil
+  else
+    st.holders[node] = h
+  end
+  for _ in pairs(st.holders) do
+    holders = holders + 1
+  end
+  slot_save(st, now)
+  return { h.held, limit - others - h.held, ttl, max(holders, 1), share }
+end
+
+local function slot_release(now, node)
+  local st = slot_load(now)
+  st.holders[node] = nil
+  slot_save(st, now)
+  return {}
+end
+
+local now = store_now()
+local op, replies = ARGV[1], {}
+if op ~= 'a' and op ~= 'r' then
+  return redis.error_reply('ERR allot: unsupported operation on a concurrency rule ' .. tostring(op))
+end
+for i = 1, #KEYS do
+  key = KEYS[i]
+  local node, a2, a3, a4
+  limit, period, burst, ttl, node, a2, a3, a4 = unpack_all(ARGV[i + 1])
+  if op == 'a' then
+    replies[i] = slot_acquire(now, node, a2, a3, a4)
+  else
+    replies[i] = slot_release(now, node)
+  end
+end
+return replies
