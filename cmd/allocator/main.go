@@ -21,8 +21,6 @@ import (
 	"time"
 
 	"github.com/allot-dev/allot/internal/allocator"
-	"github.com/allot-dev/allot/internal/server"
-	"github.com/allot-dev/allot/internal/store"
 )
 
 type options struct {
@@ -57,6 +55,14 @@ type options struct {
 	overridesPoll                time.Duration
 }
 
+// The defaults of the flags that are the command's own; the others are
+// allocator.DefaultConfig's.
+const (
+	defaultListen       = "127.0.0.1:7070" // Allot's port, as nodes' Config.Allocators name it
+	defaultMetrics      = "127.0.0.1:9090" // on loopback until opened to a scraper
+	defaultDrainTimeout = 10 * time.Second // calls in flight take milliseconds; a deploy waits no longer
+)
+
 func main() {
 	if err := run(os.Args[1:], os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -69,35 +75,36 @@ func main() {
 
 func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
+	d := allocator.DefaultConfig() // each default's reason is there
 	fs := flag.NewFlagSet("allocator", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:7070", "gRPC listen address (ALLOT_LISTEN)")
+	fs.StringVar(&o.listen, "listen", defaultListen, "gRPC listen address (ALLOT_LISTEN)")
 	fs.StringVar(&o.config, "config", "", "rules file in YAML; reloaded on SIGHUP (ALLOT_CONFIG). Default: the built-in example rules")
 	fs.StringVar(&o.redis, "redis", "", "Redis URL, redis:// or rediss:// (ALLOT_REDIS). Default: the embedded memory store")
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "--redis names Redis Cluster seed nodes: redis://h1:p1?addr=h2:p2 (ALLOT_REDIS_CLUSTER)")
-	fs.StringVar(&o.metrics, "metrics", "127.0.0.1:9090", "HTTP address of /metrics and /healthz; empty to disable (ALLOT_METRICS)")
-	fs.DurationVar(&o.storeTimeout, "store-timeout", 100*time.Millisecond, "deadline of each store call (ALLOT_STORE_TIMEOUT)")
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", 10*time.Second, "how long SIGTERM waits for calls in flight (ALLOT_DRAIN_TIMEOUT)")
+	fs.StringVar(&o.metrics, "metrics", defaultMetrics, "HTTP address of /metrics and /healthz; empty to disable (ALLOT_METRICS)")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", d.StoreTimeout, "deadline of each store call (ALLOT_STORE_TIMEOUT)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long SIGTERM waits for calls in flight (ALLOT_DRAIN_TIMEOUT)")
 	fs.StringVar(&o.gossip, "gossip", "", "memberlist address to gossip on, host:port; empty disables (ALLOT_GOSSIP)")
 	fs.StringVar(&o.join, "join", "", "comma-separated gossip members to join (ALLOT_JOIN)")
 	fs.StringVar(&o.advertise, "advertise", "", "gRPC address nodes should dial, told through gossip (ALLOT_ADVERTISE). Default: --listen")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain: serve gRPC over TLS (ALLOT_TLS_CERT). Default: plaintext")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert (ALLOT_TLS_KEY)")
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it, mTLS (ALLOT_TLS_CLIENT_CA)")
-	fs.StringVar(&o.tlsNodeID, "tls-node-id", "{node}", "with mTLS, the certificate name (DNS/URI SAN or CN) a node_id must match; {node} stands for the node_id; * accepts any (ALLOT_TLS_NODE_ID)")
-	fs.DurationVar(&o.tlsReload, "tls-reload", 5*time.Second, "how often the TLS files are read for changes; negative: only on SIGHUP (ALLOT_TLS_RELOAD)")
+	fs.StringVar(&o.tlsNodeID, "tls-node-id", d.TLS.NodeIdentity, "with mTLS, the certificate name (DNS/URI SAN or CN) a node_id must match; {node} stands for the node_id; * accepts any (ALLOT_TLS_NODE_ID)")
+	fs.DurationVar(&o.tlsReload, "tls-reload", d.TLS.Reload, "how often the TLS files are read for changes; negative: only on SIGHUP (ALLOT_TLS_RELOAD)")
 	fs.StringVar(&o.metricsTLS, "metrics-tls", "", "serve --metrics over TLS with --tls-cert: tls, or mtls to require a client certificate too (ALLOT_METRICS_TLS). Default: plaintext")
 	fs.StringVar(&o.tokenFile, "auth-token-file", "", "file of shared tokens, one a line; callers send \"authorization: Bearer <token>\"; needs --tls-cert; reloaded on SIGHUP (ALLOT_AUTH_TOKEN_FILE)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file of Admin service tokens, one a line, each optionally after a name and a space (\"alice <token>\"); they admit Admin calls only; needs --tls-cert; reloaded on SIGHUP (ALLOT_ADMIN_TOKEN_FILE). Default: none")
 	fs.StringVar(&o.adminIdentities, "admin-identities", "", "comma-separated client certificate names (DNS/URI SAN or CN) admitted to the Admin service; needs --tls-client-ca (ALLOT_ADMIN_IDENTITIES). Default: none; with neither, the Admin service refuses every call")
-	fs.DurationVar(&o.overridesPoll, "overrides-poll", 100*time.Millisecond, "how often the store's runtime overrides are read for other allocators' changes (ALLOT_OVERRIDES_POLL)")
-	fs.StringVar(&o.reflection, "reflection", "authenticated", "who may use server reflection: authenticated, on or off (ALLOT_REFLECTION)")
-	fs.StringVar(&o.getRules, "get-rules", "authenticated", "who may call GetRules: authenticated, on or off (ALLOT_GET_RULES)")
-	fs.IntVar(&o.maxInFlight, "max-inflight", 256, "Acquire, Release, Check and ShouldRateLimit calls served at once; more get ResourceExhausted at once; negative: no bound (ALLOT_MAX_INFLIGHT)")
-	fs.IntVar(&o.maxPerNode, "max-inflight-per-node", 32, "calls in flight from one node_id; negative: no bound (ALLOT_MAX_INFLIGHT_PER_NODE)")
-	fs.IntVar(&o.memoryMaxKeys, "memory-max-keys", store.DefaultMemoryMaxKeys, "keys the embedded memory store holds at most; a new key past it gets ResourceExhausted (ALLOT_MEMORY_MAX_KEYS)")
-	fs.Int64Var(&o.redisMaxKeys, "redis-max-keys", store.DefaultRedisMaxKeys, "keys the Redis database holds at most (DBSIZE, polled every 100ms); a new key past it gets ResourceExhausted; negative: no cap (ALLOT_REDIS_MAX_KEYS)")
-	fs.Float64Var(&o.newKeysPerNode, "max-new-keys-per-node", server.DefaultNewKeysPerNode, "keys one node may add to the store per second; more get ResourceExhausted with a RetryInfo; negative: no cap (ALLOT_MAX_NEW_KEYS_PER_NODE)")
+	fs.DurationVar(&o.overridesPoll, "overrides-poll", d.OverridesPoll, "how often the store's runtime overrides are read for other allocators' changes (ALLOT_OVERRIDES_POLL)")
+	fs.StringVar(&o.reflection, "reflection", string(d.Reflection), "who may use server reflection: authenticated, on or off (ALLOT_REFLECTION)")
+	fs.StringVar(&o.getRules, "get-rules", string(d.GetRules), "who may call GetRules: authenticated, on or off (ALLOT_GET_RULES)")
+	fs.IntVar(&o.maxInFlight, "max-inflight", d.MaxInFlight, "Acquire, Release, Check and ShouldRateLimit calls served at once; more get ResourceExhausted at once; negative: no bound (ALLOT_MAX_INFLIGHT)")
+	fs.IntVar(&o.maxPerNode, "max-inflight-per-node", d.MaxInFlightPerNode, "calls in flight from one node_id; negative: no bound (ALLOT_MAX_INFLIGHT_PER_NODE)")
+	fs.IntVar(&o.memoryMaxKeys, "memory-max-keys", d.MemoryMaxKeys, "keys the embedded memory store holds at most; a new key past it gets ResourceExhausted (ALLOT_MEMORY_MAX_KEYS)")
+	fs.Int64Var(&o.redisMaxKeys, "redis-max-keys", d.RedisMaxKeys, "keys the Redis database holds at most (DBSIZE, polled every 100ms); a new key past it gets ResourceExhausted; negative: no cap (ALLOT_REDIS_MAX_KEYS)")
+	fs.Float64Var(&o.newKeysPerNode, "max-new-keys-per-node", d.NewKeysPerNode, "keys one node may add to the store per second; more get ResourceExhausted with a RetryInfo; negative: no cap (ALLOT_MAX_NEW_KEYS_PER_NODE)")
 	fs.StringVar(&o.gossipKeyring, "gossip-keyring", "", "file of gossip encryption keys, base64, one a line, the first encrypts; reloaded on SIGHUP (ALLOT_GOSSIP_KEYRING). Default: gossip in the clear")
 	fs.StringVar(&o.envoyConfigDir, "envoy-config-dir", "", "directory of envoyproxy/ratelimit config files (its RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), one domain per *.yaml as they are, added to the rules file's envoy section; reloaded on SIGHUP (ALLOT_ENVOY_CONFIG_DIR). Default: none")
 	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")

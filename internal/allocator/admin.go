@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -28,12 +27,6 @@ import (
 
 // adminPrefix starts the full names of the Admin service's methods.
 const adminPrefix = "/allot.v1.Admin/"
-
-// defaultOverridesPoll is how often an allocator reads the store's
-// override versions: well within the default lease refresh (200ms), so
-// that a change made on another allocator reaches the nodes within about
-// one refresh. A poll is one pipelined HGET a rule.
-const defaultOverridesPoll = 100 * time.Millisecond
 
 // adminGuard admits Admin calls: a token of its own file, or a verified
 // client certificate that names one of its identities. Fleet credentials
@@ -184,16 +177,9 @@ func (a *Allocator) startOverrides() {
 	if !shared && a.admin.on() {
 		a.log.Warn("admin: overrides set through the Admin service live in this process only: lost on restart, not seen by other allocators; use --redis to keep them")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.storeTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StoreTimeout)
 	defer cancel()
 	if err := a.overlay.Sync(ctx); err != nil {
 		a.log.Warn("admin: runtime overrides not read at start; serving the file's rules until the store answers", "err", err)
 	}
-}
-
-func (a *Allocator) overridesPoll() time.Duration {
-	if a.cfg.OverridesPoll > 0 {
-		return a.cfg.OverridesPoll
-	}
-	return defaultOverridesPoll
 }

@@ -64,13 +64,8 @@ type Allocator struct {
 // loops (the store probe, the certificate poll); Serve starts serving, and
 // Stop or Shutdown ends it all.
 func New(cfg Config) (*Allocator, error) {
+	cfg.fill()
 	a := &Allocator{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), clock: cfg.Clock}
-	if a.log == nil {
-		a.log = slog.Default()
-	}
-	if a.clock == nil {
-		a.clock = clock.Real()
-	}
 	set, err := a.initialRules()
 	if err != nil {
 		return nil, err
@@ -87,7 +82,7 @@ func New(cfg Config) (*Allocator, error) {
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.registerStoreKeys()
 	a.metrics = server.NewMetrics(a.registry)
-	a.shed = newShedder(bound(cfg.MaxInFlight, defaultMaxInFlight), bound(cfg.MaxInFlightPerNode, defaultMaxInFlightPerNode), a.registry)
+	a.shed = newShedder(bound(cfg.MaxInFlight), bound(cfg.MaxInFlightPerNode), a.registry)
 	a.server, err = server.New(server.Config{Store: a.store, Rules: set, StoreTimeout: cfg.StoreTimeout,
 		Limits: cfg.Limits, Metrics: a.metrics, Logger: a.log, Clock: a.clock, NewKeysPerNode: cfg.NewKeysPerNode})
 	if err != nil {
@@ -99,7 +94,7 @@ func New(cfg Config) (*Allocator, error) {
 		a.closeStore()
 		return nil, err
 	}
-	a.storeOK = newStoreHealth(a.store, a.storeTimeout(), a.clock, a.log, a.registry)
+	a.storeOK = newStoreHealth(a.store, a.cfg.StoreTimeout, a.clock, a.log, a.registry)
 	a.storeOK.check() // the first state, logged if the store is down
 	if err := a.listen(); err != nil {
 		a.closeStore()
@@ -119,7 +114,7 @@ func New(cfg Config) (*Allocator, error) {
 	// The loops start last, once nothing can fail; Stop ends them.
 	a.storeOK.loop()
 	a.pollCerts()
-	a.overlay.Run(a.overridesPoll())
+	a.overlay.Run(a.cfg.OverridesPoll)
 	return a, nil
 }
 

@@ -12,9 +12,12 @@ import (
 
 // Config is what an allocator needs. The zero value runs the built-in
 // example rules on the embedded store, listening on a free loopback port.
+// A zero field takes DefaultConfig's value, which is set and explained
+// there; a field DefaultConfig leaves zero is off until set, as its doc
+// says. cmd/allocator's flags start from DefaultConfig too.
 type Config struct {
-	// Listen is the gRPC address. default: "127.0.0.1:0" (cmd/allocator
-	// passes 127.0.0.1:7070)
+	// Listen is the gRPC address. (cmd/allocator's --listen defaults to
+	// Allot's port, 127.0.0.1:7070.)
 	Listen string
 	// RulesFile is a YAML rules file, reloaded by Reload. default: none, the
 	// built-in example rules
@@ -38,16 +41,16 @@ type Config struct {
 	MetricsListen string
 	// MemoryMaxKeys bounds the keys the embedded memory store holds: past
 	// it a call on a new key is refused with ResourceExhausted, while the
-	// keys held keep working. default: store.DefaultMemoryMaxKeys
+	// keys held keep working.
 	MemoryMaxKeys int
 	// RedisMaxKeys bounds the keys of the Redis database (DBSIZE): at it a
 	// call on a new key is refused with ResourceExhausted, while the keys
-	// held keep working. Negative: no cap. default: store.DefaultRedisMaxKeys
+	// held keep working. Negative: no cap.
 	RedisMaxKeys int64
 	// NewKeysPerNode bounds the keys one node may add to the store per
-	// second. Negative: no cap. default: server.DefaultNewKeysPerNode
+	// second. Negative: no cap.
 	NewKeysPerNode float64
-	// StoreTimeout bounds each store call. default: 100ms
+	// StoreTimeout bounds each store call.
 	StoreTimeout time.Duration
 	// Limits bound the input of every call. default: server.DefaultLimits()
 	Limits server.Limits
@@ -62,7 +65,7 @@ type Config struct {
 	// EnvoyListen, when set, serves Envoy's rate limit service (and health
 	// checks) on a gRPC port of its own as well as on Listen. default: Listen only
 	EnvoyListen string
-	// Logger. default: slog.Default()
+	// Logger receives the allocator's log lines.
 	Logger *slog.Logger
 
 	// TLS serves gRPC over TLS, or mTLS with TLS.ClientCAFile.
@@ -78,15 +81,14 @@ type Config struct {
 	TokenFile string
 	// Reflection and GetRules say who may use server reflection and
 	// GetRules: AccessAuthenticated, AccessOn or AccessOff. Nodes need
-	// GetRules unless they are given Config.Rules. default: AccessAuthenticated
+	// GetRules unless they are given Config.Rules.
 	Reflection, GetRules Access
 	// MaxInFlight bounds the Acquire, Release, Check and ShouldRateLimit
 	// calls served at once; a call over it is refused with ResourceExhausted at once.
-	// Negative: no bound. default: 256
+	// Negative: no bound.
 	MaxInFlight int
 	// MaxInFlightPerNode bounds one node_id's calls in flight, so that a
 	// flooding node cannot take the others' slots. Negative: no bound.
-	// default: 32
 	MaxInFlightPerNode int
 	// GossipKeyringFile holds the gossip keys, base64, one a line, the
 	// first one encrypting (see fallback.ReadKeyring). default: gossip in
@@ -104,27 +106,86 @@ type Config struct {
 	// every call.
 	AdminIdentities []string
 	// OverridesPoll is how often the store's runtime overrides are read
-	// for changes other allocators made. default: 100ms
+	// for changes other allocators made.
 	OverridesPoll time.Duration
 	// Clock paces the store probe, the certificate poll and log rate
-	// limits. default: the real clock
+	// limits.
 	Clock clock.Clock
 }
 
-// bound reads a MaxInFlight setting: 0 is the default, negative no bound.
-func bound(v, def int) int {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0
+// DefaultConfig is the configuration a zero field of Config takes, each
+// value with its reason. What it leaves zero (RulesFile, RedisURL, the
+// listeners but Listen, TLS files, tokens, gossip) is off until set.
+func DefaultConfig() Config {
+	return Config{
+		Listen:         "127.0.0.1:0",                // a free loopback port: tests and embedded allocators
+		MemoryMaxKeys:  store.DefaultMemoryMaxKeys,   // store says why
+		RedisMaxKeys:   store.DefaultRedisMaxKeys,    // store says why
+		NewKeysPerNode: server.DefaultNewKeysPerNode, // server says why
+		StoreTimeout:   server.DefaultStoreTimeout,   // server says why
+		Logger:         slog.Default(),
+		TLS: TLSConfig{
+			NodeIdentity: "{node}",        // a node's certificate names its node_id, and nothing else
+			Reload:       5 * time.Second, // a renewed certificate is served within seconds of its write
+		},
+		// The fleet's callers (a client certificate or the token; everyone
+		// when neither is configured): nodes need GetRules, and what the
+		// service is, is theirs to see.
+		Reflection: AccessAuthenticated,
+		GetRules:   AccessAuthenticated,
+		// A healthy fleet keeps a few calls in flight (each takes well
+		// under a millisecond): the bounds only cut in when calls pile up
+		// behind a slow store or a flood.
+		MaxInFlight:        256,
+		MaxInFlightPerNode: 32,
+		// Well within the default lease refresh (200ms), so that a change
+		// made on another allocator reaches the nodes within about one
+		// refresh. A poll is one pipelined HGET a rule.
+		OverridesPoll: 100 * time.Millisecond,
+		Clock:         clock.Real(),
 	}
-	return v
 }
 
-func (a *Allocator) storeTimeout() time.Duration {
-	if a.cfg.StoreTimeout > 0 {
-		return a.cfg.StoreTimeout
+// fill gives every zero field DefaultConfig's value. MemoryMaxKeys,
+// RedisMaxKeys, NewKeysPerNode and Limits are left to the store and the
+// server, which fill them the same.
+func (c *Config) fill() {
+	d := DefaultConfig()
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = d.StoreTimeout
 	}
-	return 100 * time.Millisecond
+	if c.Listen == "" {
+		c.Listen = d.Listen
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	if c.TLS.NodeIdentity == "" {
+		c.TLS.NodeIdentity = d.TLS.NodeIdentity
+	}
+	if c.TLS.Reload == 0 { // negative: only on ReloadCredentials
+		c.TLS.Reload = d.TLS.Reload
+	}
+	if c.Reflection == "" {
+		c.Reflection = d.Reflection
+	}
+	if c.GetRules == "" {
+		c.GetRules = d.GetRules
+	}
+	if c.MaxInFlight == 0 { // negative: no bound
+		c.MaxInFlight = d.MaxInFlight
+	}
+	if c.MaxInFlightPerNode == 0 {
+		c.MaxInFlightPerNode = d.MaxInFlightPerNode
+	}
+	if c.OverridesPoll == 0 { // negative: refused by checkAdmin
+		c.OverridesPoll = d.OverridesPoll
+	}
 }
+
+// bound reads a MaxInFlight setting: negative is no bound (0 to the
+// shedder).
+func bound(v int) int { return max(v, 0) }

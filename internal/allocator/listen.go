@@ -23,9 +23,6 @@ import (
 
 func (a *Allocator) listen() error {
 	addr := a.cfg.Listen
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)

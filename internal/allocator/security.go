@@ -27,15 +27,13 @@ type TLSConfig struct {
 	// (PermissionDenied) unless a DNS or URI SAN, or the CN, of the
 	// caller's certificate is the pattern with the node_id in place, e.g.
 	// "{node}", "{node}.nodes.example.com", "spiffe://example.com/node/{node}".
-	// "*" accepts any node_id from any fleet certificate. default: "{node}"
+	// "*" accepts any node_id from any fleet certificate.
 	NodeIdentity string
 	// Reload is how often the files are read for changes (renewed
 	// certificates are picked up at the next handshake). Negative: only on
-	// ReloadCredentials (SIGHUP). default: 5s
+	// ReloadCredentials (SIGHUP).
 	Reload time.Duration
 }
-
-const defaultTLSReload = 5 * time.Second
 
 // Metrics endpoint TLS modes (Config.MetricsTLS).
 const (
@@ -92,12 +90,9 @@ func (a *Allocator) setupSecurity() error {
 	identity := ""
 	if t.ClientCAFile != "" {
 		identity = t.NodeIdentity
-		if identity == "" {
-			identity = "{node}"
-		}
 	}
 	a.guard = &guard{tokenFile: a.cfg.TokenFile, identity: identity,
-		reflection: orAuthenticated(a.cfg.Reflection), getRules: orAuthenticated(a.cfg.GetRules)}
+		reflection: a.cfg.Reflection, getRules: a.cfg.GetRules}
 	if err := a.guard.loadTokens(); err != nil {
 		return err
 	}
@@ -117,13 +112,6 @@ func (a *Allocator) setupSecurity() error {
 	}
 	a.certs = w
 	return nil
-}
-
-func orAuthenticated(a Access) Access {
-	if a == "" {
-		return AccessAuthenticated
-	}
-	return a
 }
 
 // serverCreds are the gRPC server's transport credentials, if any.
@@ -147,11 +135,7 @@ func (a *Allocator) pollCerts() {
 	if a.certs == nil || a.cfg.TLS.Reload < 0 {
 		return
 	}
-	every := a.cfg.TLS.Reload
-	if every == 0 {
-		every = defaultTLSReload
-	}
-	a.certs.Poll(a.clock, every)
+	a.certs.Poll(a.clock, a.cfg.TLS.Reload)
 }
 
 // ReloadCredentials reads the certificate files, the token file and the

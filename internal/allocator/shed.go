@@ -17,14 +17,6 @@ import (
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 )
 
-// Default bounds of the calls that reach the store at once. A healthy
-// fleet keeps a few in flight (a call takes well under a millisecond);
-// the bounds only cut in when calls pile up behind a slow store or a flood.
-const (
-	defaultMaxInFlight        = 256
-	defaultMaxInFlightPerNode = 32
-)
-
 // shedder bounds the store calls in flight, in all and per node_id. A call
 // over a bound is answered ResourceExhausted at once: no queue forms, so a
 // flood costs the allocator a counter and a status, and one flooding node

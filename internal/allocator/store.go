@@ -19,7 +19,7 @@ func (a *Allocator) openStore() error {
 		return nil
 	case a.cfg.RedisURL != "":
 		store.RouteRedisLogs(a.log, a.clock)
-		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.storeTimeout(), Cluster: a.cfg.RedisCluster,
+		s, err := store.DialRedis(a.cfg.RedisURL, store.RedisOptions{Timeout: a.cfg.StoreTimeout, Cluster: a.cfg.RedisCluster,
 			MaxKeys: a.cfg.RedisMaxKeys})
 		if err != nil {
 			return fmt.Errorf("--redis%s: %w", quotedURL(a.cfg.RedisURL), err)
