@@ -13,12 +13,15 @@ import (
 
 	"github.com/allot-dev/allot/internal/clienthook"
 	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/lease"
 	"github.com/allot-dev/allot/internal/rules"
 )
 
 // Config configures a Client. Only Allocators (or Rules, for a node that
-// starts without an allocator) is required; every other field has a default
-// chosen for a LAN fleet.
+// starts without an allocator) is required. A zero field takes
+// DefaultConfig's value, which is set and explained there (go doc -src
+// client.DefaultConfig); a field DefaultConfig leaves zero is off until
+// set, as its doc says.
 type Config struct {
 	// Allocators lists the allocators' gRPC addresses (host:port). Calls are
 	// balanced round-robin over the healthy ones. An allocator that fails a
@@ -30,14 +33,12 @@ type Config struct {
 
 	// NodeID names this node to the allocator and in gossip. It must be
 	// unique in the fleet and stable while the process runs.
-	// default: hostname-pid-random
 	NodeID string
 
 	// Nodes is the least fleet size assumed for the fallback share
 	// (limit/N) when gossip does not count the fleet: N is the largest of
 	// this, the allocator's count of the key's holders, and the most
 	// holders the node has seen on any key in the last five to ten minutes.
-	// default: 1, which lets a lone node use the whole limit
 	Nodes int
 
 	// Gossip, when set, joins a memberlist pool: the live nodes in it are
@@ -52,20 +53,19 @@ type Config struct {
 	Rules []Rule
 
 	// RPCTimeout bounds each lease call, retries on other allocators
-	// included; an allocator slower than its share of it is ejected.
-	// default: 250ms
+	// included; an allocator slower than its share of it is ejected. Once
+	// a round trip is measured, a lease call waits at least three of them.
 	RPCTimeout time.Duration
 
-	// CheckTimeout bounds each strict decision's call. default: 100ms
+	// CheckTimeout bounds each strict decision's call.
 	CheckTimeout time.Duration
 
 	// StartTimeout is how long New waits for the allocator's rules; without
 	// Config.Rules, New fails when they have not come by then.
-	// default: 1s
 	StartTimeout time.Duration
 
 	// MaxWaiters bounds the callers queued in Wait per key; more get
-	// ErrQueueFull at once. default: 1024
+	// ErrQueueFull at once.
 	MaxWaiters int
 
 	// Registerer receives the client's Prometheus collectors. Use one
@@ -73,7 +73,6 @@ type Config struct {
 	Registerer prometheus.Registerer
 
 	// Logger receives mode changes (rate-limited) and errors.
-	// default: slog.Default()
 	Logger *slog.Logger
 
 	// TLS, when set, dials the allocators over TLS with this configuration:
@@ -94,7 +93,7 @@ type Config struct {
 	// default: none
 	DialOptions []grpc.DialOption
 
-	// Lease tunes lease bookkeeping. The zero value is the default.
+	// Lease tunes lease bookkeeping; each zero field takes DefaultConfig's.
 	Lease LeaseConfig
 
 	// clock is the node's clock: the machine's unless this module's tests
@@ -102,20 +101,20 @@ type Config struct {
 	clock clock.Clock
 }
 
-// LeaseConfig tunes how leases are kept. The defaults suit most fleets.
+// LeaseConfig tunes how leases are kept. DefaultConfig's values suit most
+// fleets.
 type LeaseConfig struct {
 	// Sweep is how often leases are expired, rates sampled and idle keys
-	// returned. default: 20ms
+	// returned.
 	Sweep time.Duration
 	// BatchWindow is how long a refill waits to share one Acquire with
-	// others. default: 1ms
+	// others.
 	BatchWindow time.Duration
 	// MaxKeys caps the keys the node keeps state for, over all rules. A new
 	// key beyond it is decided by the allocator for each request (Check);
 	// when the allocator cannot answer, a failure: closed rule denies and an
 	// open one draws on one limit/N share that all such keys share. Idle
 	// keys leave (their state is returned) and make room.
-	// default: 1,000,000, about 0.5 GB at the bench's measured cost
 	MaxKeys int
 	// FirstLeaseWait is how long, at least, a request on a key with no
 	// lease yet waits for the key's first lease while the allocator
@@ -124,7 +123,7 @@ type LeaseConfig struct {
 	// nothing of its size cannot spend a burst per node. The wait lasts at
 	// most this or the lease call's own timeout, whichever is longer, and
 	// the caller's context; a request still without a lease then is
-	// refused. Negative: never wait, refuse at once. default: 250ms
+	// refused. Negative: never wait, refuse at once.
 	FirstLeaseWait time.Duration
 	// TokensOnly never asks for a share of a rule's rate: the node lives
 	// on the tokens the allocator's bucket holds when it asks, as nodes
@@ -132,7 +131,6 @@ type LeaseConfig struct {
 	// CPU, that loses part of the rate (docs/configuration.md, "Lease
 	// settings"); it is here to compare, and for fleets that must not lend
 	// rate ahead.
-	// default: false
 	TokensOnly bool
 }
 
@@ -221,35 +219,68 @@ func toRuleSet(rs []Rule) (*rules.Set, error) {
 	return set, nil
 }
 
+// DefaultConfig is the configuration a zero field of Config takes, each
+// value with its reason. The lease settings are the lease bookkeeping's own
+// defaults (internal/lease's DefaultConfig, which says why); what has no
+// default here (Allocators, Rules, Gossip, TLS, Token, Registerer,
+// DialOptions) is off until set.
+func DefaultConfig() Config {
+	l := lease.DefaultConfig()
+	return Config{
+		NodeID:       defaultNodeID(),        // hostname-pid-random: unique in a fleet, and a log names the host
+		Nodes:        1,                      // a lone node may use the whole limit: set the fleet's size, or gossip
+		RPCTimeout:   l.RPCTimeout,           // a LAN allocator answers in a few ms
+		CheckTimeout: 100 * time.Millisecond, // a strict decision holds its request up: fail over or fall back soon
+		StartTimeout: time.Second,            // ample for a LAN allocator, short enough not to hold a start-up
+		MaxWaiters:   1024,                   // bounds one key's queue, whose last caller would wait long anyway
+		Logger:       slog.Default(),
+		Lease: LeaseConfig{
+			Sweep:       l.Sweep,
+			BatchWindow: l.BatchWindow,
+			MaxKeys:     l.MaxKeys,
+			// A LAN allocator answers a first lease within a few ms;
+			// longer, the request is better refused than held.
+			FirstLeaseWait: 250 * time.Millisecond,
+		},
+	}
+}
+
+// fill gives every zero field DefaultConfig's value, and checks the rest.
 func (c *Config) fill() error {
 	if len(c.Allocators) == 0 && len(c.Rules) == 0 && (c.Gossip == nil || len(c.Gossip.Join) == 0) {
 		return errors.New("client: no Config.Allocators, no gossip pool to find them in, and no Config.Rules to start with")
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
+	d := DefaultConfig()
+	orDefault := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
 		}
 	}
-	def(&c.RPCTimeout, 250*time.Millisecond)
-	if c.Lease.FirstLeaseWait == 0 {
-		c.Lease.FirstLeaseWait = 250 * time.Millisecond
+	orDefault(&c.RPCTimeout, d.RPCTimeout)
+	orDefault(&c.CheckTimeout, d.CheckTimeout)
+	orDefault(&c.StartTimeout, d.StartTimeout)
+	orDefault(&c.Lease.Sweep, d.Lease.Sweep)
+	orDefault(&c.Lease.BatchWindow, d.Lease.BatchWindow)
+	if c.Lease.FirstLeaseWait == 0 { // negative: never wait
+		c.Lease.FirstLeaseWait = d.Lease.FirstLeaseWait
 	}
-	def(&c.CheckTimeout, 100*time.Millisecond)
-	def(&c.StartTimeout, time.Second)
+	if c.Lease.MaxKeys <= 0 {
+		c.Lease.MaxKeys = d.Lease.MaxKeys
+	}
 	if c.MaxWaiters <= 0 {
-		c.MaxWaiters = 1024
+		c.MaxWaiters = d.MaxWaiters
 	}
 	if c.Nodes <= 0 {
-		c.Nodes = 1
+		c.Nodes = d.Nodes
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = d.Logger
 	}
 	if c.clock == nil {
 		c.clock = clock.Real()
 	}
 	if c.NodeID == "" {
-		c.NodeID = defaultNodeID()
+		c.NodeID = d.NodeID
 	}
 	if len(c.NodeID) > maxNodeID {
 		return fmt.Errorf("client: Config.NodeID is %d bytes, at most %d", len(c.NodeID), maxNodeID)

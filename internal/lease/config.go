@@ -31,7 +31,7 @@ type Config struct {
 	// makes a Core's choices repeatable. default: seeded at random
 	Rand *rand.Rand
 	// Nodes is the node's estimate of the fleet size, used to size a new
-	// key's first lease. default: 1
+	// key's first lease.
 	Nodes func() int
 	// Sweep is how often the keys that hold a share of a rate earn it and
 	// have their rate sampled; other keys cost the loop nothing until
@@ -76,17 +76,17 @@ type Config struct {
 // DefaultConfig is the configuration every zero field takes.
 func DefaultConfig() Config {
 	return Config{
-		Nodes:       func() int { return 1 },
-		Sweep:       20 * time.Millisecond,  // a share earns in steps of a fiftieth of a second
-		BatchWindow: time.Millisecond,       // a refill waits this long for company
-		CallGap:     5 * time.Millisecond,   // at most 200 calls a second from one node
-		MaxBatch:    500,                    // a call the allocator answers in a few ms
-		MaxInFlight: 4,                      // a flood of new keys makes a few full calls, not many shed ones
-		MaxKeys:     1_000_000,              // ~0.3 GB of key state (BenchmarkKeyHeap)
-		RPCTimeout:  250 * time.Millisecond, // a LAN allocator answers in a few ms
-		RateWindow:  500 * time.Millisecond, // demand estimates follow load within a second
-		BackoffBase: 50 * time.Millisecond,  // retry soon after a blip
-		BackoffMax:  250 * time.Millisecond, // and notice a recovery within a quarter second
+		Nodes:       func() int { return 1 }, // alone until told otherwise (client.Config.Nodes, gossip)
+		Sweep:       20 * time.Millisecond,   // a share earns in steps of a fiftieth of a second
+		BatchWindow: time.Millisecond,        // a refill waits this long for company
+		CallGap:     5 * time.Millisecond,    // at most 200 calls a second from one node
+		MaxBatch:    500,                     // a call the allocator answers in a few ms
+		MaxInFlight: 4,                       // a flood of new keys makes a few full calls, not many shed ones
+		MaxKeys:     1_000_000,               // about half a GB at the bench's heap per live key (docs/bench.md)
+		RPCTimeout:  250 * time.Millisecond,  // a LAN allocator answers in a few ms
+		RateWindow:  500 * time.Millisecond,  // demand estimates follow load within a second
+		BackoffBase: 50 * time.Millisecond,   // retry soon after a blip
+		BackoffMax:  250 * time.Millisecond,  // and notice a recovery within a quarter second
 	}
 }
 
