@@ -72,10 +72,10 @@ type Decision struct {
 // AllowN to see it.
 func (c *Client) Allow(ctx context.Context, rule, key string) bool {
 	// The common case first, with nothing to build: a leased key with tokens.
-	// No key check: a pool exists only for a key that passed it.
+	// No key check: a key's lease exists only for a key that passed it.
 	if rs := c.rules.Load().byName[rule]; rs != nil && rs.table != nil {
-		if p := rs.table.Lookup(key); p != nil {
-			if _, ok := p.Take(1); ok {
+		if k := rs.table.Lookup(key); k != nil {
+			if _, ok := k.Take(1); ok {
 				return true
 			}
 		}
@@ -94,16 +94,16 @@ func (c *Client) AllowN(ctx context.Context, rule, key string, n int64) (Decisio
 // decide decides a request on rs, the state of rule (nil if unknown), and
 // says where its tokens came from. A shadow rule's refusal is let through.
 func (c *Client) decide(ctx context.Context, rs *ruleState, rule, key string, n int64) (Decision, spend, error) {
-	if err := c.check(rs, rule, key, n); err != nil {
+	r, err := c.check(rs, rule, key, n)
+	if err != nil {
 		return Decision{}, spend{}, err
 	}
 	var d Decision
 	var sp spend
-	var err error
 	if rs.table == nil {
-		d, err = c.decideStrict(ctx, rs, key, n, key)
+		d, err = c.decideStrict(ctx, rs, r, key, n, key)
 	} else {
-		d, sp, err = c.take(ctx, rs, key, n, true)
+		d, sp, err = c.take(ctx, rs, r, key, n, overCapCheck)
 	}
 	return shadow(rs, d), sp, err
 }
@@ -116,28 +116,33 @@ func shadow(rs *ruleState, d Decision) Decision {
 	return d
 }
 
-// state finds the rule and checks the request's shape.
-func (c *Client) state(rule, key string, n int64) (*ruleState, error) {
+// state finds the rule and checks the request's shape; it returns the
+// key's rule (its override's, if any) as check does.
+func (c *Client) state(rule, key string, n int64) (*ruleState, *rules.Rule, error) {
 	rs := c.rules.Load().byName[rule]
-	return rs, c.check(rs, rule, key, n)
+	r, err := c.check(rs, rule, key, n)
+	return rs, r, err
 }
 
-// check checks a request on rs, the state of rule (nil if unknown).
-func (c *Client) check(rs *ruleState, rule, key string, n int64) error {
-	var err error
+// check checks a request on rs, the state of rule (nil if unknown), and
+// returns the key's rule: the rule with the key's override, resolved once
+// for the whole decision.
+func (c *Client) check(rs *ruleState, rule, key string, n int64) (*rules.Rule, error) {
 	switch {
 	case c.closed.Load():
-		err = ErrClosed
+		return nil, ErrClosed
 	case rs == nil:
-		err = c.unknownRule(rule)
+		return nil, c.unknownRule(rule)
 	case !validKey(key):
-		err = ErrInvalidKey
+		return nil, ErrInvalidKey
 	case n <= 0:
-		err = ErrInvalidCost
-	case n > rs.rule.ForKey(key).Capacity():
-		err = fmt.Errorf("%w: cost %d, capacity %d of rule %q for this key", ErrCostAboveCapacity, n, rs.rule.ForKey(key).Capacity(), rule)
+		return nil, ErrInvalidCost
 	}
-	return err
+	r := rs.rule.ForKey(key)
+	if n > r.Capacity() {
+		return nil, fmt.Errorf("%w: cost %d, capacity %d of rule %q for this key", ErrCostAboveCapacity, n, r.Capacity(), rule)
+	}
+	return r, nil
 }
 
 func (c *Client) unknownRule(rule string) error {
@@ -171,14 +176,25 @@ func (s spend) undo() int64 {
 	return 0
 }
 
+// overCap says what take does with a new key the node has no room for
+// (Lease.MaxKeys).
+type overCap uint8
+
+const (
+	// overCapCheck asks the allocator (Check), as for a strict rule.
+	overCapCheck overCap = iota
+	// overCapRefuse refuses the key: AllowAll must be able to give back
+	// what it took, and a Check cannot be given back.
+	overCapRefuse
+)
+
 // take decides a leasable rule: the key's lease, or, when the allocator
 // cannot be reached, its fallback allowance. A key with no lease yet
 // waits for its first while the allocator answers (docs/bounds.md, rule
-// 1): at most FirstLeaseWait, and within ctx. central says a key the node
-// has no room for may be decided by the allocator (Check); AllowAll, which
-// must be able to give back what it took, says no and such a key is
-// refused.
-func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, central bool) (Decision, spend, error) {
+// 1): at most FirstLeaseWait, and within ctx. keyRule is the key's rule
+// (check), for a key the node has no room for; a key with a lease decides
+// by the rule its lease keeps.
+func (c *Client) take(ctx context.Context, rs *ruleState, keyRule *rules.Rule, key string, n int64, full overCap) (Decision, spend, error) {
 	again := false
 	var deadline clock.Timer
 	defer func() {
@@ -188,13 +204,12 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 	}()
 	for {
 		k := rs.table.Key(key)
-		if k == nil { // a new key, and the node's key table is full
-			if !central {
-				r := rs.rule.ForKey(key)
+		if k == nil { // a new key, and the node holds Lease.MaxKeys keys
+			if full == overCapRefuse {
 				rs.counts.decide(false, ModeStrict)
-				return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeStrict, Rule: r.Name}, spend{}, nil
+				return Decision{Limit: keyRule.Limit, RetryAfter: keyRule.Lease.Refresh, Mode: ModeStrict, Rule: keyRule.Name}, spend{}, nil
 			}
-			d, err := c.decideStrict(ctx, rs, key, n, overCapShare)
+			d, err := c.decideStrict(ctx, rs, keyRule, key, n, overCapShare)
 			return d, spend{}, err
 		}
 		// (Armed before the decision: an answer that comes between the two
@@ -247,16 +262,17 @@ func (c *Client) take(ctx context.Context, rs *ruleState, key string, n int64, c
 	}
 }
 
-// overCapShare names the fallback share that the keys a full key table
-// leaves without a pool draw on together: not a valid key, so no key's.
+// overCapShare names the fallback share that the keys beyond
+// Lease.MaxKeys, which have no lease of their own, draw on together: not a
+// valid key, so no key's.
 const overCapShare = ""
 
-// decideStrict asks the allocator; when it cannot answer, the rule's
-// failure mode decides: closed denies, open draws on the fallback share
-// named shareKey (the key's own, or the one all keys beyond a full key
-// table share, so that they stay within limit/N together).
-func (c *Client) decideStrict(ctx context.Context, rs *ruleState, key string, n int64, shareKey string) (Decision, error) {
-	r := rs.rule.ForKey(key)
+// decideStrict asks the allocator about key, whose rule is r (check);
+// when it cannot answer, the rule's failure mode decides: closed denies,
+// open draws on the fallback share named shareKey (the key's own, or the
+// one all keys beyond Lease.MaxKeys share, so that they stay within
+// limit/N together).
+func (c *Client) decideStrict(ctx context.Context, rs *ruleState, r *rules.Rule, key string, n int64, shareKey string) (Decision, error) {
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.CheckTimeout)
 	defer cancel()
 	done := c.metrics.rpc("Check")

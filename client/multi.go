@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+
+	"github.com/allot-dev/allot/internal/rules"
 )
 
 // RuleKey names one limit of a multi-rule check.
@@ -22,12 +24,14 @@ func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Deci
 		return Decision{}, errors.New("allot: AllowAll needs at least one limit")
 	}
 	states := make([]*ruleState, len(limits))
+	keyRules := make([]*rules.Rule, len(limits)) // each key's rule, resolved once
 	strict := -1
 	for i, l := range limits {
-		rs, err := c.state(l.Rule, l.Key, n)
+		rs, r, err := c.state(l.Rule, l.Key, n)
 		if err != nil {
 			return Decision{}, err
 		}
+		keyRules[i] = r
 		if rs.table == nil {
 			if strict >= 0 {
 				return Decision{}, ErrTwoStrict
@@ -47,7 +51,7 @@ func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Deci
 		if i == strict {
 			continue
 		}
-		d, s, err := c.take(ctx, states[i], l.Key, n, false)
+		d, s, err := c.take(ctx, states[i], keyRules[i], l.Key, n, overCapRefuse)
 		if err == nil {
 			d = shadow(states[i], d)
 		}
@@ -59,7 +63,7 @@ func (c *Client) AllowAll(ctx context.Context, n int64, limits ...RuleKey) (Deci
 		all = tighter(all, d)
 	}
 	if strict >= 0 {
-		d, err := c.decideStrict(ctx, states[strict], limits[strict].Key, n, limits[strict].Key)
+		d, err := c.decideStrict(ctx, states[strict], keyRules[strict], limits[strict].Key, n, limits[strict].Key)
 		if err == nil {
 			d = shadow(states[strict], d)
 		}

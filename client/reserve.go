@@ -40,10 +40,11 @@ func (c *Client) Reserve(ctx context.Context, rule, key string, n int64) (*Reser
 
 func (c *Client) reserve(ctx context.Context, rs *ruleState, rule, key string, n int64) (*Reservation, error) {
 	if n == 0 {
-		if err := c.check(rs, rule, key, 1); err != nil {
+		r, err := c.check(rs, rule, key, 1)
+		if err != nil {
 			return nil, err
 		}
-		return &Reservation{Decision: Decision{Allowed: true, Limit: rs.rule.ForKey(key).Limit, Rule: rule}}, nil
+		return &Reservation{Decision: Decision{Allowed: true, Limit: r.Limit, Rule: rule}}, nil
 	}
 	d, sp, err := c.decide(ctx, rs, rule, key, n)
 	if err != nil {

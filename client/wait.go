@@ -15,7 +15,7 @@ func (c *Client) Wait(ctx context.Context, rule, key string) error {
 
 // WaitN is Wait for a request that costs n tokens.
 func (c *Client) WaitN(ctx context.Context, rule, key string, n int64) error {
-	rs, err := c.state(rule, key, n)
+	rs, _, err := c.state(rule, key, n)
 	if err != nil {
 		return err
 	}
