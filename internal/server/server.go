@@ -143,7 +143,7 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 			Rule: r.Name, Key: reqs[i].Key, Granted: l.Granted, Ttl: durationpb.New(l.TTL),
 			RetryAfter: durationpb.New(l.RetryAfter), Holders: uint32(l.Holders), FallbackNodes: uint32(min(max(l.FallbackNodes, 0), math.MaxUint32)),
 			Limit: r.Limit, Remaining: l.Remaining, Epoch: l.Epoch, Rate: l.Rate,
-			FullFor: optDuration(l.FullFor), FullInTtl: optDuration(l.FullInTTL),
+			FullFor: optDuration(l.FullFor), FullInTtl: optDuration(l.FullInTTL), SlotShare: l.SlotShare,
 		}
 		s.metrics.observeLease(r.Name, reqs[i].Want, l.Granted, l.Holders)
 	}
@@ -164,6 +164,12 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		r, err := lookup(set, field+".rule", lr.GetRule())
 		if err != nil {
 			return nil, err
+		}
+		if r.IsConcurrency() {
+			if out[i], err = s.slotRequest(field, r, lr, req.GetNodeId(), seen, i); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if !r.Leasable() && (lr.GetWant() != 0 || lr.GetWantRate() != 0 || lr.GetReturned() != 0) {
 			return nil, status.Errorf(codes.FailedPrecondition,
@@ -232,7 +238,7 @@ func (s *Server) leasableRule(set *rules.Set, field, name string) (*rules.Rule, 
 	if err != nil {
 		return nil, err
 	}
-	if !r.Leasable() {
+	if !r.Leasable() && !r.IsConcurrency() {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"%s: rule %q is strict (%s) and is decided by Check, not leased", field, name, r.Algorithm)
 	}
@@ -291,6 +297,9 @@ func (s *Server) Check(ctx context.Context, req *allotv1.CheckRequest) (*allotv1
 	r, err := lookup(s.rules.Load(), "rule", req.GetRule())
 	if err != nil {
 		return nil, err
+	}
+	if r.IsConcurrency() {
+		return nil, status.Errorf(codes.FailedPrecondition, "rule: %q is a concurrency rule: its slots are leased with Acquire (slots_kept), not checked", r.Name)
 	}
 	if err := s.limits.checkKey("key", req.GetKey()); err != nil {
 		return nil, err
