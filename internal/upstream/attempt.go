@@ -1,6 +1,6 @@
 package upstream
 
-// One attempt of a call on one allocator: its share of the caller's
+// One attempt of a call on one allocator: its part of the caller's
 // deadline, and the verdict on its failure (eject the allocator or not, go
 // on to another or not, and what may be sent again).
 
@@ -18,15 +18,27 @@ import (
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 )
 
-// try makes one attempt on a, ejects a if its failure says it is sick,
-// and says whether the call may go on to another allocator.
-func (p *Conns) try(ctx context.Context, a *allocator, share, waits bool, method string, args, reply any,
+// budget is how much of the caller's deadline one attempt may use.
+type budget uint8
+
+const (
+	// budgetAll: all that is left, for the last allocator to try.
+	budgetAll budget = iota
+	// budgetHalf: half of what is left, so that another allocator has
+	// the rest.
+	budgetHalf
+)
+
+// try makes one attempt on a within its budget, ejects a if its failure
+// says it is sick, and says whether the call may go on to another
+// allocator.
+func (p *Conns) try(ctx context.Context, a *allocator, b budget, method string, args, reply any,
 	opts []grpc.CallOption) (took time.Duration, again bool, err error) {
-	actx, cancel := p.attempt(ctx, share)
+	actx, cancel := p.attempt(ctx, b)
 	defer cancel()
-	budget := time.Duration(math.MaxInt64)
+	left := time.Duration(math.MaxInt64)
 	if deadline, ok := actx.Deadline(); ok {
-		budget = time.Until(deadline)
+		left = time.Until(deadline)
 	}
 	state := a.conn.GetState()
 	start := time.Now()
@@ -34,20 +46,20 @@ func (p *Conns) try(ctx context.Context, a *allocator, share, waits bool, method
 		return time.Since(start), false, nil
 	}
 	eject, next := verdict(ctx, err)
-	if eject && (status.Code(err) != codes.DeadlineExceeded || budget >= p.patience) {
+	if eject && (status.Code(err) != codes.DeadlineExceeded || left >= p.patience) {
 		p.eject(a, err)
 	}
 	// A call that failed fast on a connection that was not up never left
 	// the node; any other may have been applied.
-	sent := waits || state == connectivity.Ready || status.Code(err) != codes.Unavailable
+	sent := waitsForReady(opts) || state == connectivity.Ready || status.Code(err) != codes.Unavailable
 	return 0, next && resendable(args, sent), err
 }
 
-// attempt bounds one attempt: half of what is left of ctx's deadline when
-// it shares it, all of it otherwise. A call without a deadline gives a
-// shared attempt a lease call's.
-func (p *Conns) attempt(ctx context.Context, share bool) (context.Context, context.CancelFunc) {
-	if !share {
+// attempt bounds one attempt by its budget: half of what is left of
+// ctx's deadline, or all of it. A call without a deadline gives a half
+// budget a lease call's timeout.
+func (p *Conns) attempt(ctx context.Context, b budget) (context.Context, context.CancelFunc) {
+	if b == budgetAll {
 		return ctx, func() {}
 	}
 	if deadline, ok := ctx.Deadline(); ok {

@@ -192,7 +192,7 @@ type Answer struct {
 // answer, and one that never answers leaves as much to the next. The last
 // healthy one has all that is left, and ejected ones what it leaves; but a
 // call that waits for ready, made while the node thinks every allocator
-// down, shares its time among all of them, so that whichever comes back
+// down, splits its time among all of them, so that whichever comes back
 // first answers it.
 func (p *Conns) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	order, healthy, err := p.order(ctx, opts)
@@ -203,8 +203,11 @@ func (p *Conns) Invoke(ctx context.Context, method string, args, reply any, opts
 	var failed []string
 	for i := 0; ; i++ { // the last allocator's attempt returns
 		a := order[i]
-		share := i+1 < healthy || ((waits || i >= healthy) && i+1 < len(order))
-		took, again, err := p.try(ctx, a, share, waits, method, args, reply, opts)
+		b := budgetAll
+		if i+1 < healthy || ((waits || i >= healthy) && i+1 < len(order)) {
+			b = budgetHalf
+		}
+		took, again, err := p.try(ctx, a, b, method, args, reply, opts)
 		if err == nil {
 			p.restore(a, "it answered a call")
 			for _, o := range opts {
