@@ -90,11 +90,21 @@ func NewMemoryWith(clk clock.Clock, o MemoryOptions) *Memory {
 
 func (m *Memory) now() int64 { return m.clk.Now().UnixMicro() }
 
+// absent says what with does for a key that has no state.
+type absent uint8
+
+const (
+	// absentCreate makes the key's state, under the cap.
+	absentCreate absent = iota
+	// absentSkip leaves the key missing and runs nothing: what a call on
+	// a fresh state that changes nothing would do (a Release).
+	absentSkip
+)
+
 // with runs f on the state of (rule, key) under its shard's lock. A key
-// that is new takes a place under the cap, or the call gets a *FullError.
-// With create false a missing key is left missing and f is not run: what
-// a call on a fresh state that changes nothing would do.
-func (m *Memory) with(r *rules.Rule, key string, now int64, create bool, f func(*state)) error {
+// that is new takes a place under the cap, or the call gets a *FullError;
+// with absentSkip it is left missing.
+func (m *Memory) with(r *rules.Rule, key string, now int64, ifAbsent absent, f func(*state)) error {
 	k := memKey{rule: r.Name, alg: r.Algorithm, variant: stateVariant(r), key: key}
 	sh := &m.shards[maphash.String(m.seed, key)%memoryShards]
 	sh.mu.Lock()
@@ -102,7 +112,7 @@ func (m *Memory) with(r *rules.Rule, key string, now int64, create bool, f func(
 	st, ok := sh.m[k]
 	switch {
 	case ok && st.expires > now:
-	case !create:
+	case ifAbsent == absentSkip:
 		return nil
 	case ok: // expired: starts afresh in its place
 		st = newState(r, now)
@@ -197,7 +207,7 @@ func (m *Memory) Acquire(ctx context.Context, reqs []AcquireRequest) ([]Lease, e
 	out := make([]Lease, len(reqs))
 	for i := range reqs {
 		req := &reqs[i]
-		if err := m.with(req.Rule, req.Key, now, true, func(st *state) { out[i] = st.acquire(req.Rule, now, req) }); err != nil {
+		if err := m.with(req.Rule, req.Key, now, absentCreate, func(st *state) { out[i] = st.acquire(req.Rule, now, req) }); err != nil {
 			var full *FullError
 			if errors.As(err, &full) {
 				full.Request = i
@@ -222,7 +232,7 @@ func (m *Memory) Release(ctx context.Context, rets []Return) error {
 	now := m.now()
 	for i := range rets {
 		ret := &rets[i]
-		_ = m.with(ret.Rule, ret.Key, now, false, func(st *state) { st.release(ret.Rule, now, ret) })
+		_ = m.with(ret.Rule, ret.Key, now, absentSkip, func(st *state) { st.release(ret.Rule, now, ret) })
 	}
 	return nil
 }
@@ -240,7 +250,7 @@ func (m *Memory) Check(ctx context.Context, r *rules.Rule, key string, cost int6
 	}
 	now := m.now()
 	var d Decision
-	if err := m.with(r, key, now, true, func(st *state) { d = st.check(r, now, cost) }); err != nil {
+	if err := m.with(r, key, now, absentCreate, func(st *state) { d = st.check(r, now, cost) }); err != nil {
 		return Decision{}, err
 	}
 	return d, nil

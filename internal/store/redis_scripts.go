@@ -35,9 +35,9 @@ func (s *Redis) run(parent context.Context, calls []scriptCall) ([][]any, error)
 	defer cancel()
 	batches := s.batches(calls)
 	cmds := make([]*redis.Cmd, len(batches))
-	s.send(ctx, batches, cmds, false)
+	s.send(ctx, batches, cmds, bySHA)
 	if clearNoScript(cmds) {
-		s.send(ctx, batches, cmds, true)
+		s.send(ctx, batches, cmds, bySource)
 	}
 	out := make([][]any, len(calls))
 	for i, cmd := range cmds {
@@ -111,15 +111,23 @@ func (s *Redis) batches(calls []scriptCall) []batch {
 	return out
 }
 
+// scriptBy says how send names a script to Redis.
+type scriptBy uint8
+
+const (
+	bySHA    scriptBy = iota // EVALSHA: the script Redis has cached
+	bySource                 // EVAL: its source, which Redis caches
+)
+
 // send pipelines the batches whose slot in cmds is nil and fills it.
-func (s *Redis) send(ctx context.Context, batches []batch, cmds []*redis.Cmd, eval bool) {
+func (s *Redis) send(ctx context.Context, batches []batch, cmds []*redis.Cmd, by scriptBy) {
 	pipe := s.client.Pipeline()
 	for i := range batches {
 		if cmds[i] != nil {
 			continue
 		}
 		b := &batches[i]
-		if eval {
+		if by == bySource {
 			cmds[i] = pipe.Eval(ctx, b.script.src, b.keys, b.args...)
 		} else {
 			cmds[i] = pipe.EvalSha(ctx, b.script.sha, b.keys, b.args...)
