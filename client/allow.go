@@ -48,7 +48,7 @@ type Decision struct {
 	// Limit is the rule's limit per period.
 	Limit int64
 	// Remaining is what this node can still admit without asking: the
-	// tokens of its lease, its fallback share, or the allocator's count for
+	// tokens of its lease, its fallback allowance, or the allocator's count for
 	// a strict rule.
 	Remaining int64
 	// RetryAfter is, when refused, how long until asking again may pass;
@@ -156,18 +156,18 @@ func (c *Client) unknownRule(rule string) error {
 // spend records where a decision took its tokens from, so that a
 // multi-rule check can give them back.
 type spend struct {
-	key   *lease.KeyLease
-	v     lease.Verdict
-	share *fallback.Allowance // a strict rule's fallback
-	n     int64
+	key       *lease.KeyLease
+	v         lease.Verdict
+	allowance *fallback.Allowance // a strict rule's fallback
+	n         int64
 }
 
 // undo gives the tokens back and reports how many went back: none when
 // their lease has ended since, or when the allocator decided (strict).
 func (s spend) undo() int64 {
 	switch {
-	case s.share != nil:
-		if s.share.Refund(s.n) {
+	case s.allowance != nil:
+		if s.allowance.Refund(s.n) {
 			return s.n
 		}
 	case s.key != nil:
@@ -206,10 +206,10 @@ func (c *Client) take(ctx context.Context, rs *ruleState, keyRule *rules.Rule, k
 		k := rs.table.Key(key)
 		if k == nil { // a new key, and the node holds Lease.MaxKeys keys
 			if full == overCapRefuse {
-				rs.counts.decide(false, ModeStrict)
+				rs.counts.refused(ModeStrict)
 				return Decision{Limit: keyRule.Limit, RetryAfter: keyRule.Lease.Refresh, Mode: ModeStrict, Rule: keyRule.Name}, spend{}, nil
 			}
-			d, err := c.decideStrict(ctx, rs, keyRule, key, n, overCapShare)
+			d, err := c.decideStrict(ctx, rs, keyRule, key, n, overCapAllowance)
 			return d, spend{}, err
 		}
 		// (Armed before the decision: an answer that comes between the two
@@ -236,7 +236,7 @@ func (c *Client) take(ctx context.Context, rs *ruleState, keyRule *rules.Rule, k
 			}
 			// No answer in time (or no waiting): refused, as a served key
 			// with nothing left would be.
-			rs.counts.decide(false, ModeLease)
+			rs.counts.refused(ModeLease)
 			return Decision{Limit: r.Limit, RetryAfter: max(c.rtts.Slowest(), time.Millisecond), Mode: ModeLease, Rule: r.Name}, spend{}, nil
 		}
 		mode := ModeLease
@@ -262,17 +262,17 @@ func (c *Client) take(ctx context.Context, rs *ruleState, keyRule *rules.Rule, k
 	}
 }
 
-// overCapShare names the fallback share that the keys beyond
+// overCapAllowance names the fallback allowance that the keys beyond
 // Lease.MaxKeys, which have no lease of their own, draw on together: not a
 // valid key, so no key's.
-const overCapShare = ""
+const overCapAllowance = ""
 
 // decideStrict asks the allocator about key, whose rule is r (check);
 // when it cannot answer, the rule's failure mode decides: closed denies,
-// open draws on the fallback share named shareKey (the key's own, or the
+// open draws on the fallback allowance named allowanceKey (the key's own, or the
 // one all keys beyond Lease.MaxKeys share, so that they stay within
 // limit/N together).
-func (c *Client) decideStrict(ctx context.Context, rs *ruleState, r *rules.Rule, key string, n int64, shareKey string) (Decision, error) {
+func (c *Client) decideStrict(ctx context.Context, rs *ruleState, r *rules.Rule, key string, n int64, allowanceKey string) (Decision, error) {
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.CheckTimeout)
 	defer cancel()
 	done := c.metrics.rpc("Check")
@@ -296,11 +296,11 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, r *rules.Rule,
 	}
 	c.logMode("allot: strict rule decided without the allocator", "rule", r.Name, "failure", r.Failure.String(), "err", err)
 	if r.Failure == rules.FailClosed {
-		rs.counts.decide(false, ModeFallback)
+		rs.counts.refused(ModeFallback)
 		return Decision{Limit: r.Limit, RetryAfter: r.Lease.Refresh, Mode: ModeFallback, Rule: r.Name}, nil
 	}
 	now := c.cfg.clock.Mono()
-	a := rs.shares.Get(r, shareKey, now)
+	a := rs.allowances.Get(r, allowanceKey, now)
 	bd, _ := a.Decide(r, c.fleetSize(), c.mgr.Windows(time.Duration(c.cfg.clock.Now().UnixNano())-now), now, n)
 	if bd.Allowed && rs.table == nil { // reported once the allocator is back
 		c.debts.add(r.Name, key, n, c.cfg.clock.Now())

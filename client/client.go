@@ -18,6 +18,7 @@ import (
 	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/lease"
 	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/slots"
 	"github.com/allot-dev/allot/internal/upstream"
 )
 
@@ -35,6 +36,10 @@ type Client struct {
 	debts   strictDebts // strict rules' fallback admissions, to report
 	rules   atomic.Pointer[ruleTable]
 	closed  atomic.Bool
+	// slots lease concurrency rules' slots; slotTables are their rules'
+	// keys, by rule (slot.go).
+	slots      *slots.Manager
+	slotTables atomic.Pointer[map[string]*slots.Table]
 
 	refresh chan struct{} // asks the rules loop to fetch now
 	stop    chan struct{}
@@ -46,7 +51,7 @@ type Client struct {
 // New connects to the allocators, fetches the rules (waiting at most
 // StartTimeout) and starts the lease loop. An allocator that is unreachable
 // is no error when Config.Rules is set: the node then decides by those, on
-// its fallback shares. Without them New fails with ErrNoRules: a node with
+// its fallback allowances. Without them New fails with ErrNoRules: a node with
 // no rules could only refuse every request.
 func New(cfg Config) (*Client, error) {
 	if err := cfg.fill(); err != nil {
@@ -95,6 +100,7 @@ func New(cfg Config) (*Client, error) {
 		c.allocs.Close()
 		return nil, err
 	}
+	c.startSlots()
 	c.rules.Store(&ruleTable{byName: map[string]*ruleState{}})
 	if initial != nil {
 		c.applyRules(initial)
@@ -179,6 +185,9 @@ func (c *Client) Close() error {
 	defer cancel()
 	var errs []error
 	c.reportStrict(ctx)
+	if c.slots != nil {
+		c.slots.Close()
+	}
 	if c.mgr != nil {
 		if err := c.mgr.Close(ctx); err != nil && !upstream.IsUnreachable(err) {
 			errs = append(errs, fmt.Errorf("returning leases: %w", err))
@@ -208,6 +217,6 @@ func (c *Client) logMode(msg string, args ...any) {
 
 // validKey is the allocator's rule for a key: 1 to 512 bytes of UTF-8. A
 // key that is not UTF-8 cannot go on the wire (a protobuf string), so it
-// could never be leased: it would run on the fallback share forever, on
+// could never be leased: it would run on the fallback allowance forever, on
 // every node, and escape the global limit.
 func validKey(key string) bool { return len(key) > 0 && len(key) <= maxKey && utf8.ValidString(key) }

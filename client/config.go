@@ -35,14 +35,14 @@ type Config struct {
 	// unique in the fleet and stable while the process runs.
 	NodeID string
 
-	// Nodes is the least fleet size assumed for the fallback share
+	// Nodes is the least fleet size assumed for the fallback allowance
 	// (limit/N) when gossip does not count the fleet: N is the largest of
 	// this, the allocator's count of the key's holders, and the most
 	// holders the node has seen on any key in the last five to ten minutes.
 	Nodes int
 
 	// Gossip, when set, joins a memberlist pool: the live nodes in it are
-	// the N of the fallback share. default: no gossip
+	// the N of the fallback allowance. default: no gossip
 	Gossip *GossipConfig
 
 	// Rules are used until the allocator's rules arrive, and for as long as
@@ -113,7 +113,7 @@ type LeaseConfig struct {
 	// MaxKeys caps the keys the node keeps state for, over all rules. A new
 	// key beyond it is decided by the allocator for each request (Check);
 	// when the allocator cannot answer, a failure: closed rule denies and an
-	// open one draws on one limit/N share that all such keys share. Idle
+	// open one draws on one limit/N allowance that all such keys share. Idle
 	// keys leave (their state is returned) and make room.
 	MaxKeys int
 	// FirstLeaseWait is how long, at least, a request on a key with no

@@ -8,13 +8,14 @@
 // a low watermark, and its size follows the key's observed rate, so a
 // steady stream never waits.
 //
-// A new key does not wait for its first lease: it is served from the node's
-// fallback share, the rule's limit divided by the number of live nodes, and
-// what it admitted that way is reported to the allocator, which debits it.
-// When the allocator cannot be reached and a key's lease is spent or has
-// expired, the key runs on the same share; rules with failure: closed deny
-// instead. Strict rules (sliding_log, or strict: true) ask the allocator
-// for every request.
+// A new key waits for its first lease while the allocator answers (at
+// most Config.Lease.FirstLeaseWait): nothing of a key is admitted without
+// the allocator's say while it can have it. When the allocator cannot be
+// reached and a key has no lease in force, the key runs on the node's
+// fallback allowance, the rule's limit divided by the number of live
+// nodes, and what it admitted that way is reported to the allocator, which
+// debits it; rules with failure: closed deny instead. Strict rules
+// (sliding_log, or strict: true) ask the allocator for every request.
 //
 // Use one Client per process:
 //

@@ -1,7 +1,7 @@
 package client
 
 // The node in its fleet: the gossip pool it joins, the allocators found
-// there, and the fleet size N its fallback shares divide a limit by.
+// there, and the fleet size N its fallback allowances divide a limit by.
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func (c *Client) joinGossip() error {
 }
 
 // setAllocators makes addrs the allocators calls go to. With none, calls
-// fail fast and the node runs on its fallback shares.
+// fail fast and the node runs on its fallback allowances.
 func (c *Client) setAllocators(addrs []string) {
 	if err := c.allocs.Set(addrs); err != nil {
 		c.cfg.Logger.Warn("allot: dialing allocators", "err", err)

@@ -130,13 +130,17 @@ func (m *metrics) rule(name string, shadow bool) *ruleCounters {
 	return rc
 }
 
+// decide counts a decision of mode that allowed says.
 func (rc *ruleCounters) decide(allowed bool, mode Mode) {
 	if allowed {
 		rc.allowed[mode].Inc()
 	} else {
-		rc.denied[mode].Inc()
+		rc.refused(mode)
 	}
 }
+
+// refused counts a refusal of mode.
+func (rc *ruleCounters) refused(mode Mode) { rc.denied[mode].Inc() }
 
 // rpc times one call; call the returned func with its error.
 func (m *metrics) rpc(method string) func(error) {

@@ -59,7 +59,7 @@ func (c *Client) reserve(ctx context.Context, rs *ruleState, rule, key string, n
 // Cancel gives back the tokens the reservation took and reports how many
 // went back. It gives them back once, to where they came from: the lease
 // they were taken from, only while that lease lasts (never into a later
-// one), or the node's fallback share, which also stops counting them as
+// one), or the node's fallback allowance, which also stops counting them as
 // admitted. A refused reservation gives back nothing; nor does one a
 // strict rule decided, since the allocator has counted it. Cancel is safe
 // to call more than once and from several goroutines; after Settle it

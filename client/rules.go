@@ -23,11 +23,11 @@ type ruleTable struct {
 
 // ruleState is one rule as this node applies it.
 type ruleState struct {
-	rule   *rules.Rule
-	table  *lease.Table // nil for strict rules
-	shares *fallback.Shares
-	waits  *waitQueues
-	counts *ruleCounters
+	rule       *rules.Rule
+	table      *lease.Table // nil for strict rules
+	allowances *fallback.Shares
+	waits      *waitQueues
+	counts     *ruleCounters
 }
 
 // Rule returns the named rule as this node applies it (from the allocator,
@@ -113,9 +113,9 @@ func (c *Client) applyRules(set *rules.Set) {
 	old := c.rules.Load()
 	next := &ruleTable{version: set.Version(), byName: make(map[string]*ruleState, set.Len())}
 	for _, r := range set.Rules() {
-		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name, r.Shadow), shares: &fallback.Shares{}, waits: &waitQueues{}}
+		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name, r.Shadow), allowances: &fallback.Shares{}, waits: &waitQueues{}}
 		if prev, ok := old.byName[r.Name]; ok { // keep what callers are in the middle of
-			rs.shares, rs.waits = prev.shares, prev.waits
+			rs.allowances, rs.waits = prev.allowances, prev.waits
 		}
 		if r.Leasable() {
 			rs.table = c.mgr.Table(r)
@@ -127,6 +127,7 @@ func (c *Client) applyRules(set *rules.Set) {
 			c.mgr.Forget(name)
 		}
 	}
+	c.applySlotRules(set)
 	c.rules.Store(next)
 	c.cfg.Logger.Info("allot: rules applied", "rules", set.Len(), "version", set.Version())
 }

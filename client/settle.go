@@ -25,7 +25,7 @@ import (
 //   - actual below it: the difference is given back, never more than was
 //     reserved, as Cancel gives back: to the lease it came from while that
 //     lease lasts (a window rule's window that has ended since takes
-//     nothing back: its count is over), or to the fallback share. A strict
+//     nothing back: its count is over), or to the fallback allowance. A strict
 //     rule gives nothing back: the allocator counted the estimate, and a
 //     node can return only what it holds.
 //
@@ -72,8 +72,8 @@ func (c *Client) charge(r *Reservation, n int64) error {
 	switch sp := r.spent; {
 	case sp.key != nil:
 		dropped = c.chargeLease(r, sp, n)
-	case sp.share != nil: // a strict rule's fallback share
-		got, _ := sp.share.Charge(rule, now, n)
+	case sp.allowance != nil: // a strict rule's fallback allowance
+		got, _ := sp.allowance.Charge(rule, now, n)
 		if got > 0 && r.rs.table == nil {
 			c.debts.add(rule.Name, r.key, got, c.cfg.clock.Now())
 		}

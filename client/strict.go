@@ -10,7 +10,7 @@ import (
 	"github.com/allot-dev/allot/internal/lease"
 )
 
-// strictDebts keeps what strict rules admitted on the node's fallback share
+// strictDebts keeps what strict rules admitted on the node's fallback allowance
 // while the allocator could not decide, until it can be reported: like any
 // fallback admission it is debited after recovery (docs/design.md, guarantee 4).
 // Strict rules have no lease pools to carry the report; this is theirs.
@@ -30,7 +30,7 @@ type strictDebt struct {
 
 // maxStrictDebts bounds the keys kept; an outage long and wide enough to
 // pass it loses the reports of further keys (under-reporting by at most
-// what those keys admitted on their shares).
+// what those keys admitted on their allowances).
 const maxStrictDebts = 100_000
 
 func (d *strictDebts) add(rule, key string, n int64, now time.Time) { d.put(rule, key, n, 0, now) }
