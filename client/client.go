@@ -34,7 +34,7 @@ type Client struct {
 	metrics *metrics
 	rtts    upstream.RoundTrips
 	debts   strictDebts // strict rules' fallback admissions, to report
-	rules   atomic.Pointer[ruleTable]
+	rules   atomic.Pointer[ruleSnapshot]
 	closed  atomic.Bool
 	// slots lease concurrency rules' slots; slotTables are their rules'
 	// keys, by rule (slot.go).
@@ -101,7 +101,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.startSlots()
-	c.rules.Store(&ruleTable{byName: map[string]*ruleState{}})
+	c.rules.Store(&ruleSnapshot{byName: map[string]*ruleState{}})
 	if initial != nil {
 		c.applyRules(initial)
 	}

@@ -12,14 +12,14 @@ import (
 type Limiter struct {
 	c    *Client
 	name string
-	// seen is the rule table the handle last resolved its rule in; a new
-	// table (a reload) makes it resolve again.
+	// seen is the rule snapshot the handle last resolved its rule in; a
+	// new one (a reload) makes it resolve again.
 	seen atomic.Pointer[limiterState]
 }
 
 type limiterState struct {
-	table *ruleTable
-	rs    *ruleState // nil: the rule is not in table
+	snapshot *ruleSnapshot
+	rs       *ruleState // nil: the rule is not in snapshot
 }
 
 // Limiter returns a handle on the named rule. An unknown name is an error
@@ -34,7 +34,7 @@ func (c *Client) Limiter(name string) (*Limiter, error) {
 		return nil, fmt.Errorf("%w %q (known: %d rules, version %s)", ErrUnknownRule, name, len(t.byName), t.version)
 	}
 	l := &Limiter{c: c, name: name}
-	l.seen.Store(&limiterState{table: t, rs: rs})
+	l.seen.Store(&limiterState{snapshot: t, rs: rs})
 	return l, nil
 }
 
@@ -45,8 +45,8 @@ func (l *Limiter) Name() string { return l.name }
 func (l *Limiter) state() *ruleState {
 	t := l.c.rules.Load()
 	s := l.seen.Load()
-	if s.table != t {
-		s = &limiterState{table: t, rs: t.byName[l.name]}
+	if s.snapshot != t {
+		s = &limiterState{snapshot: t, rs: t.byName[l.name]}
 		l.seen.Store(s)
 	}
 	return s.rs
@@ -56,8 +56,8 @@ func (l *Limiter) state() *ruleState {
 func (l *Limiter) Allow(ctx context.Context, key string) bool {
 	rs := l.state()
 	if rs != nil && rs.table != nil {
-		if p := rs.table.Lookup(key); p != nil {
-			if _, ok := p.Take(1); ok {
+		if k := rs.table.Lookup(key); k != nil {
+			if _, ok := k.Take(1); ok {
 				return true
 			}
 		}

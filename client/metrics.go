@@ -81,7 +81,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// watchKeys exports the key table's size and how often it was full.
+// watchKeys exports how many keys the node holds and how often it held
+// Lease.MaxKeys.
 func (m *metrics) watchKeys(mgr *lease.Manager) error {
 	keys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "allot_client_keys", Help: "Keys the node keeps state for (lease pools), over all rules; capped at Lease.MaxKeys.",

@@ -1,7 +1,7 @@
 package client
 
 // The rules a node applies: fetched from the allocator, refetched when
-// they change, and published as one immutable table that decisions read.
+// they change, and published as one immutable snapshot that decisions read.
 
 import (
 	"context"
@@ -15,8 +15,9 @@ import (
 	"github.com/allot-dev/allot/internal/rules"
 )
 
-// ruleTable is the immutable set of rules a decision reads.
-type ruleTable struct {
+// ruleSnapshot is the immutable set of rules a decision reads: one
+// rules version, replaced whole on a reload.
+type ruleSnapshot struct {
 	version string
 	byName  map[string]*ruleState
 }
@@ -24,7 +25,7 @@ type ruleTable struct {
 // ruleState is one rule as this node applies it.
 type ruleState struct {
 	rule       *rules.Rule
-	table      *lease.Table // nil for strict rules
+	table      *lease.Table // the rule's keys and their leases; nil for strict rules
 	allowances *fallback.Shares
 	waits      *waitQueues
 	counts     *ruleCounters
@@ -107,11 +108,11 @@ func (c *Client) requestRules() {
 	}
 }
 
-// applyRules builds a new rule table; the keys of rules that stay keep
+// applyRules builds a new rule snapshot; the keys of rules that stay keep
 // their leases, the keys of rules that went are returned.
 func (c *Client) applyRules(set *rules.Set) {
 	old := c.rules.Load()
-	next := &ruleTable{version: set.Version(), byName: make(map[string]*ruleState, set.Len())}
+	next := &ruleSnapshot{version: set.Version(), byName: make(map[string]*ruleState, set.Len())}
 	for _, r := range set.Rules() {
 		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name, r.Shadow), allowances: &fallback.Shares{}, waits: &waitQueues{}}
 		if prev, ok := old.byName[r.Name]; ok { // keep what callers are in the middle of

@@ -103,7 +103,7 @@ func (c *Client) chargeLease(r *Reservation, sp spend, n int64) int64 {
 			break
 		}
 		k := rs.table.Key(r.key)
-		if k == nil { // the key table is full
+		if k == nil { // the node holds Lease.MaxKeys keys
 			break
 		}
 		dropped, gone = k.Charge(lease.Verdict{Allowed: true}, n, now)

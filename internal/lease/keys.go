@@ -15,10 +15,10 @@ type keyMap struct {
 	seed  maphash.Seed
 	mu    sync.Mutex
 	count int
-	table atomic.Pointer[keyTable]
+	array atomic.Pointer[bucketArray] // the buckets
 }
 
-type keyTable struct {
+type bucketArray struct {
 	mask    uint64
 	buckets []atomic.Pointer[[]*KeyLease]
 }
@@ -30,16 +30,16 @@ const (
 
 func newKeyMap() *keyMap {
 	m := &keyMap{seed: maphash.MakeSeed()}
-	m.table.Store(newKeyTable(initialBuckets))
+	m.array.Store(newBucketArray(initialBuckets))
 	return m
 }
 
-func newKeyTable(n int) *keyTable {
-	return &keyTable{mask: uint64(n - 1), buckets: make([]atomic.Pointer[[]*KeyLease], n)}
+func newBucketArray(n int) *bucketArray {
+	return &bucketArray{mask: uint64(n - 1), buckets: make([]atomic.Pointer[[]*KeyLease], n)}
 }
 
 func (m *keyMap) load(key string) *KeyLease {
-	t := m.table.Load()
+	t := m.array.Load()
 	b := t.buckets[maphash.String(m.seed, key)&t.mask].Load()
 	if b == nil {
 		return nil
@@ -59,10 +59,10 @@ func (m *keyMap) loadOrStore(key string, p *KeyLease) (actual *KeyLease, loaded 
 	if q := m.load(key); q != nil {
 		return q, true
 	}
-	if m.count >= maxPerBucket*len(m.table.Load().buckets) {
+	if m.count >= maxPerBucket*len(m.array.Load().buckets) {
 		m.grow()
 	}
-	t := m.table.Load()
+	t := m.array.Load()
 	slot := &t.buckets[maphash.String(m.seed, key)&t.mask]
 	var next []*KeyLease
 	if b := slot.Load(); b != nil {
@@ -78,7 +78,7 @@ func (m *keyMap) loadOrStore(key string, p *KeyLease) (actual *KeyLease, loaded 
 func (m *keyMap) remove(key string, p *KeyLease) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t := m.table.Load()
+	t := m.array.Load()
 	slot := &t.buckets[maphash.String(m.seed, key)&t.mask]
 	b := slot.Load()
 	if b == nil {
@@ -94,7 +94,7 @@ func (m *keyMap) remove(key string, p *KeyLease) {
 				slot.Store(&next)
 			}
 			m.count--
-			// A table emptied of most of its keys gives its buckets back.
+			// A map emptied of most of its keys gives its buckets back.
 			if n := len(t.buckets); n > initialBuckets && m.count*maxPerBucket*8 < n {
 				m.resize(n / 4)
 			}
@@ -103,12 +103,12 @@ func (m *keyMap) remove(key string, p *KeyLease) {
 	}
 }
 
-func (m *keyMap) grow() { m.resize(2 * len(m.table.Load().buckets)) }
+func (m *keyMap) grow() { m.resize(2 * len(m.array.Load().buckets)) }
 
 // resize rebuilds the bucket array with n buckets.
 func (m *keyMap) resize(n int) {
-	old := m.table.Load()
-	t := newKeyTable(max(n, initialBuckets))
+	old := m.array.Load()
+	t := newBucketArray(max(n, initialBuckets))
 	for i := range old.buckets {
 		if b := old.buckets[i].Load(); b != nil {
 			for _, p := range *b {
@@ -122,12 +122,12 @@ func (m *keyMap) resize(n int) {
 			}
 		}
 	}
-	m.table.Store(t)
+	m.array.Store(t)
 }
 
 // each calls f on every key; keys added meanwhile may be missed.
 func (m *keyMap) each(f func(*KeyLease)) {
-	t := m.table.Load()
+	t := m.array.Load()
 	for i := range t.buckets {
 		if b := t.buckets[i].Load(); b != nil {
 			for _, p := range *b {

@@ -32,7 +32,7 @@ const (
 // try makes one attempt on a within its budget, ejects a if its failure
 // says it is sick, and says whether the call may go on to another
 // allocator.
-func (p *Conns) try(ctx context.Context, a *allocator, b budget, method string, args, reply any,
+func (p *Conns) try(ctx context.Context, a *endpoint, b budget, method string, args, reply any,
 	opts []grpc.CallOption) (took time.Duration, again bool, err error) {
 	actx, cancel := p.attempt(ctx, b)
 	defer cancel()

@@ -54,8 +54,8 @@ type Conns struct {
 	// request about to time out) says nothing about the allocator.
 	patience time.Duration
 
-	list atomic.Pointer[[]*allocator] // in the order set; replaced, never changed
-	next atomic.Uint64                // round-robin
+	list atomic.Pointer[[]*endpoint] // in the order set; replaced, never changed
+	next atomic.Uint64               // round-robin
 
 	mu        sync.Mutex // the fields below, each allocator's changes of sick, and its probe state
 	changed   chan struct{}
@@ -65,8 +65,10 @@ type Conns struct {
 	probes    sync.WaitGroup
 }
 
-// allocator is one allocator's connection and health.
-type allocator struct {
+// endpoint is one allocator process as this node reaches it: its
+// address, its connection and its health. (The process is
+// internal/allocator's Allocator; the service it serves, internal/server's.)
+type endpoint struct {
 	addr   string
 	conn   *grpc.ClientConn
 	ctx    context.Context // ends when it leaves the list, or the client closes
@@ -95,7 +97,7 @@ func New(dial []grpc.DialOption, clk clock.Clock, log *slog.Logger, timeout func
 	})}, dial...)
 	p := &Conns{dial: dial, clk: clk, log: lograte.New(log, clk, 0, 0), timeout: timeout, patience: patience,
 		changed: make(chan struct{})}
-	p.list.Store(&[]*allocator{})
+	p.list.Store(&[]*endpoint{})
 	return p
 }
 
@@ -108,11 +110,11 @@ func (p *Conns) Set(addrs []string) error {
 	if p.closed {
 		return nil
 	}
-	old := map[string]*allocator{}
+	old := map[string]*endpoint{}
 	for _, a := range *p.list.Load() {
 		old[a.addr] = a
 	}
-	next := make([]*allocator, 0, len(addrs))
+	next := make([]*endpoint, 0, len(addrs))
 	var errs []error
 	seen := map[string]bool{}
 	for _, addr := range addrs {
@@ -134,7 +136,7 @@ func (p *Conns) Set(addrs []string) error {
 			continue
 		}
 		conn.Connect() // ready before the first call needs it
-		a := &allocator{addr: addr, conn: conn}
+		a := &endpoint{addr: addr, conn: conn}
 		a.ctx, a.cancel = context.WithCancel(context.Background())
 		next = append(next, a)
 		p.publishLocked(a)
@@ -163,7 +165,7 @@ func (p *Conns) SetMetrics(ejected *prometheus.GaugeVec, ejections *prometheus.C
 	}
 }
 
-func (p *Conns) publishLocked(a *allocator) {
+func (p *Conns) publishLocked(a *endpoint) {
 	if p.ejected == nil {
 		return
 	}
@@ -244,7 +246,7 @@ func (p *Conns) NewStream(ctx context.Context, desc *grpc.StreamDesc, method str
 // order lists the allocators for one call: the healthy ones round-robin,
 // then the ejected ones, as a last resort. With none known, a call that
 // waits for ready waits for one to be added.
-func (p *Conns) order(ctx context.Context, opts []grpc.CallOption) (order []*allocator, healthy int, err error) {
+func (p *Conns) order(ctx context.Context, opts []grpc.CallOption) (order []*endpoint, healthy int, err error) {
 	list := *p.list.Load()
 	for len(list) == 0 {
 		p.mu.Lock()
@@ -266,8 +268,8 @@ func (p *Conns) order(ctx context.Context, opts []grpc.CallOption) (order []*all
 	}
 	n := len(list)
 	start := int(p.next.Add(1) % uint64(n))
-	order = make([]*allocator, 0, n)
-	var sick []*allocator
+	order = make([]*endpoint, 0, n)
+	var sick []*endpoint
 	for i := range n {
 		if a := list[(start+i)%n]; a.sick.Load() {
 			sick = append(sick, a)

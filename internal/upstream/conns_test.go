@@ -123,7 +123,7 @@ func newTestAllocators(t *testing.T, clk clock.Clock, patience time.Duration, ad
 	return p
 }
 
-func (p *Conns) byAddr(addr string) *allocator {
+func (p *Conns) byAddr(addr string) *endpoint {
 	for _, a := range *p.list.Load() {
 		if a.addr == addr {
 			return a
@@ -335,7 +335,7 @@ func probeAfter(t *testing.T, clk *clock.Fake, s *stub, wait time.Duration) {
 }
 
 // restored waits for the probe loop to act on the answer it got.
-func restored(t *testing.T, a *allocator) {
+func restored(t *testing.T, a *endpoint) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); a.sick.Load(); {
 		if time.Now().After(deadline) {

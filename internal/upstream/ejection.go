@@ -41,7 +41,7 @@ var healthService = allotv1.Allocator_ServiceDesc.ServiceName
 // its time to allocators already found sick, when it is the likeliest to
 // answer (a slow moment, not a dead allocator). So a lone allocator is
 // never ejected, and when all fail, all but one are.
-func (p *Conns) eject(a *allocator, cause error) {
+func (p *Conns) eject(a *endpoint, cause error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || a.ctx.Err() != nil || a.sick.Load() || !p.othersHealthyLocked(a) {
@@ -67,7 +67,7 @@ func (p *Conns) eject(a *allocator, cause error) {
 	}
 }
 
-func (p *Conns) othersHealthyLocked(a *allocator) bool {
+func (p *Conns) othersHealthyLocked(a *endpoint) bool {
 	for _, b := range *p.list.Load() {
 		if b != a && !b.sick.Load() {
 			return true
@@ -77,7 +77,7 @@ func (p *Conns) othersHealthyLocked(a *allocator) bool {
 }
 
 // restore puts a back in the round, if it was out.
-func (p *Conns) restore(a *allocator, why string) {
+func (p *Conns) restore(a *endpoint, why string) {
 	if !a.sick.Load() {
 		return
 	}
@@ -86,7 +86,7 @@ func (p *Conns) restore(a *allocator, why string) {
 	p.restoreLocked(a, why)
 }
 
-func (p *Conns) restoreLocked(a *allocator, why string) {
+func (p *Conns) restoreLocked(a *endpoint, why string) {
 	if !a.sick.Swap(false) {
 		return
 	}
@@ -97,7 +97,7 @@ func (p *Conns) restoreLocked(a *allocator, why string) {
 
 // probe asks an ejected allocator for its health, with backoff, until it
 // answers SERVING, it is restored by a call, or it leaves the list.
-func (p *Conns) probe(a *allocator) {
+func (p *Conns) probe(a *endpoint) {
 	defer p.probes.Done()
 	health := healthpb.NewHealthClient(a.conn)
 	for {
@@ -127,13 +127,13 @@ func (p *Conns) probe(a *allocator) {
 	}
 }
 
-func (p *Conns) backOffLocked(a *allocator) {
+func (p *Conns) backOffLocked(a *endpoint) {
 	a.wait = min(time.Duration(float64(a.wait)*probeBackoff.Multiplier), probeBackoff.MaxDelay)
 }
 
 // serving is one health probe: whether a answers SERVING (or answers at
 // all, without the health service) within a lease call's deadline.
-func (p *Conns) serving(a *allocator, health healthpb.HealthClient) bool {
+func (p *Conns) serving(a *endpoint, health healthpb.HealthClient) bool {
 	ctx, cancel := context.WithTimeout(a.ctx, p.timeout())
 	defer cancel()
 	// Waiting for ready: a connection coming back within the deadline is
@@ -144,7 +144,7 @@ func (p *Conns) serving(a *allocator, health healthpb.HealthClient) bool {
 
 // stillSick reports whether a is still ejected; when not, its probe loop
 // ends.
-func (p *Conns) stillSick(a *allocator) bool {
+func (p *Conns) stillSick(a *endpoint) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !a.sick.Load() {
