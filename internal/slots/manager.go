@@ -1,0 +1,348 @@
+package slots
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/rules"
+)
+
+// Request asks for slots of one key: Want in all, keeping Kept of those
+// held (allotv1.LeaseRequest's want and slots_kept). A release gives back
+// every slot of the key.
+type Request struct {
+	Rule, Key  string
+	Want, Kept int64
+}
+
+// Grant is the allocator's answer to one Request.
+type Grant struct {
+	Granted, Share int64
+	TTL            time.Duration
+}
+
+// Transport carries the manager's calls to the allocators.
+type Transport interface {
+	Acquire(ctx context.Context, reqs []Request) ([]Grant, error)
+	Release(ctx context.Context, reqs []Request) error
+}
+
+// Config wires a Manager.
+type Config struct {
+	Transport Transport
+	Clock     clock.Clock
+	// Nodes is the fleet's size, that the fallback divides the limit by.
+	Nodes func() int
+	// Unreachable tells an allocator that could not answer (the node falls
+	// back) from one that refused the request (it does not).
+	Unreachable func(error) bool
+	// Timeout bounds each call.
+	Timeout func() time.Duration
+	// Tick is how often the loop looks at every key. default: 10ms
+	Tick   time.Duration
+	Logger *slog.Logger
+}
+
+// Manager runs the loop that leases, renews, gives back and expires the
+// slots of every key a node takes slots on.
+type Manager struct {
+	cfg    Config
+	mu     sync.Mutex
+	tables map[string]*Table
+	down   atomic.Bool // the last call found no allocator
+	kick   chan struct{}
+	stop   chan struct{}
+	done   sync.WaitGroup
+	sends  sync.WaitGroup
+}
+
+var errShortAnswer = errors.New("slots: the allocator answered fewer leases than asked")
+
+// Table is one rule's keys.
+type Table struct {
+	m    *Manager
+	rule atomic.Pointer[rules.Rule]
+	keys *keyMap
+}
+
+// NewManager starts the loop; Close stops it.
+func NewManager(cfg Config) *Manager {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 10 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Manager{cfg: cfg, tables: map[string]*Table{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	m.done.Add(1)
+	go m.loop()
+	return m
+}
+
+// Table returns r's table, keeping the keys of a rule of that name.
+func (m *Manager) Table(r *rules.Rule) *Table {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.tables[r.Name]
+	if t == nil {
+		t = &Table{m: m, keys: newKeyMap()}
+		m.tables[r.Name] = t
+	}
+	t.rule.Store(r)
+	return t
+}
+
+// Forget drops a rule that went: its idle keys' slots go back now, the
+// others' end with their leases.
+func (m *Manager) Forget(name string) {
+	m.mu.Lock()
+	t := m.tables[name]
+	delete(m.tables, name)
+	var rets []Request
+	if t != nil {
+		now := m.cfg.Clock.Mono()
+		t.keys.each(func(k *Key) {
+			if ret, ok := m.drop(t, k, now, true); ok {
+				rets = append(rets, ret)
+			}
+		})
+	}
+	m.mu.Unlock()
+	m.release(rets)
+}
+
+// Lookup returns the key's slots if the node has them.
+func (t *Table) Lookup(key string) *Key { return t.keys.load(key) }
+
+// Key returns the key's slots, adding the key (its first lease asked for
+// at once) if the node has none.
+func (t *Table) Key(key string) *Key {
+	if k := t.Lookup(key); k != nil && !k.Dead() {
+		return k
+	}
+	k := newKey()
+	k.st = state{rule: t.rule.Load(), name: key, first: make(chan struct{})}
+	t.m.mu.Lock()
+	if o := t.keys.load(key); o != nil && !o.Dead() {
+		t.m.mu.Unlock()
+		return o
+	}
+	t.keys.store(k)
+	t.m.mu.Unlock()
+	select {
+	case t.m.kick <- struct{}{}:
+	default:
+	}
+	return k
+}
+
+// First is closed once the key's first lease has been answered, or could
+// not be.
+func (k *Key) First() <-chan struct{} { return k.st.first }
+
+// Down reports whether the last call found no allocator.
+func (m *Manager) Down() bool { return m.down.Load() }
+
+func (m *Manager) loop() {
+	defer m.done.Done()
+	t := m.cfg.Clock.NewTimer(m.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.kick:
+		case <-t.C():
+			t.Reset(m.cfg.Tick)
+		}
+		m.tick()
+	}
+}
+
+// tick looks at every key once: its averages, its cap, whether it went
+// idle, and whether it asks the allocator; one call carries every ask.
+func (m *Manager) tick() {
+	now := m.cfg.Clock.Mono()
+	down := m.down.Load()
+	var reqs []Request
+	var keys []*Key
+	var rets []Request
+	m.mu.Lock()
+	for _, t := range m.tables {
+		r := t.rule.Load()
+		t.keys.each(func(k *Key) {
+			k.st.rule = r
+			k.st.sample(now, k)
+			// What it had in flight at most since the loop last looked,
+			// kept for its next request.
+			peak := k.peak.Swap(k.InFlight())
+			k.st.busy = peak > 0 || k.touched.Load()
+			k.st.peak = max(k.st.peak, peak)
+			m.settle(k, now, down)
+			if m.idle(k, now) {
+				if ret, ok := m.drop(t, k, now, false); ok {
+					rets = append(rets, ret)
+				}
+				return
+			}
+			if k.st.due(now, k, down) {
+				reqs = append(reqs, m.ask(k, now))
+				keys = append(keys, k)
+			}
+			k.touched.Store(false)
+		})
+	}
+	m.mu.Unlock()
+	m.release(rets)
+	if len(reqs) > 0 {
+		m.sends.Add(1)
+		go m.send(reqs, keys, now)
+	}
+}
+
+// settle sets the cap of a key whose lease does not hold: its fallback
+// while the allocator is away, else nothing until its next answer.
+func (m *Manager) settle(k *Key, now time.Duration, down bool) {
+	if k.st.leased(now) || !k.st.answered {
+		return
+	}
+	k.ceil.Store(math.MaxInt64)
+	if down {
+		k.setCap(fallbackCap(k.st.rule, m.cfg.Nodes()), false, ModeFallback)
+		return
+	}
+	k.setCap(0, false, ModeLease)
+}
+
+// idle reports whether the key has had nothing in flight nor asked for
+// for a lease TTL: its slots may go back.
+func (m *Manager) idle(k *Key, now time.Duration) bool {
+	if k.InFlight() > 0 || k.st.busy || k.st.asking {
+		k.st.idleSince = 0
+		return false
+	}
+	if k.st.idleSince == 0 {
+		k.st.idleSince = now
+	}
+	return now-k.st.idleSince >= k.st.rule.Lease.TTL
+}
+
+// drop forgets a key, under m.mu, and returns the release of its slots if
+// the store still holds some. A key with slots in flight is kept: with
+// force (its rule went, the node closes) it takes no more.
+func (m *Manager) drop(t *Table, k *Key, now time.Duration, force bool) (Request, bool) {
+	if force {
+		k.setCap(0, false, k.Mode())
+	}
+	if w := k.word.Load(); w&inFlightMask > 0 || !k.word.CompareAndSwap(w, w&(1<<capShift-1)) {
+		return Request{}, false
+	}
+	k.dead.Store(true)
+	t.keys.remove(k)
+	if k.st.held > 0 && k.st.recorded(now) {
+		return Request{Rule: k.st.rule.Name, Key: k.st.name}, true
+	}
+	return Request{}, false
+}
+
+// ask builds the key's request, under m.mu: the slots it would hold, and
+// those it keeps, the cap lowered to them first (never below those in
+// flight) so that none is taken beyond what the store keeps for it.
+func (m *Manager) ask(k *Key, now time.Duration) Request {
+	st := &k.st
+	inFlight := k.InFlight()
+	peak := max(st.peak, inFlight)
+	st.peak = 0
+	want := target(st.rule, st.held, peak, k.refused.Swap(0), inFlight)
+	var kept int64
+	switch {
+	case st.leased(now):
+		kept = k.setCap(min(k.Cap(), st.held, want), true, ModeLease)
+	case st.recorded(now):
+		kept = min(inFlight, st.held)
+	}
+	st.asking, st.sent = true, now
+	return Request{Rule: st.rule.Name, Key: st.name, Want: max(want, kept), Kept: kept}
+}
+
+// send makes one call for the keys' requests and takes its answers.
+func (m *Manager) send(reqs []Request, keys []*Key, sent time.Duration) {
+	defer m.sends.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout())
+	grants, err := m.cfg.Transport.Acquire(ctx, reqs)
+	cancel()
+	if err == nil && len(grants) != len(reqs) {
+		err = errShortAnswer
+	}
+	unreachable := err != nil && m.cfg.Unreachable(err)
+	if err != nil && !unreachable {
+		m.cfg.Logger.Warn("allot: slot lease refused", "err", err)
+	}
+	m.down.Store(unreachable)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.cfg.Clock.Mono()
+	for i, k := range keys {
+		st := &k.st
+		st.asking = false
+		if !st.answered {
+			st.answered = true
+			defer close(st.first) // once its cap is set
+		}
+		if err != nil {
+			m.settle(k, now, unreachable)
+			continue
+		}
+		g := grants[i]
+		st.held, st.ends, st.valid = g.Granted, sent+g.TTL, sent+g.TTL-st.rule.MaxHold
+		ceil := int64(math.MaxInt64)
+		if g.Share < g.Granted {
+			ceil = g.Share
+		}
+		k.ceil.Store(ceil)
+		if st.leased(now) {
+			k.setCap(g.Granted, false, ModeLease)
+		} else {
+			m.settle(k, now, false)
+		}
+	}
+}
+
+// release gives slots back, best effort: what does not arrive ends with
+// its lease.
+func (m *Manager) release(rets []Request) {
+	if len(rets) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout())
+	defer cancel()
+	if err := m.cfg.Transport.Release(ctx, rets); err != nil {
+		m.cfg.Logger.Debug("allot: giving slots back", "err", err)
+	}
+}
+
+// Close stops the loop and gives back the slots of every key with none in
+// flight; the others' end with their leases.
+func (m *Manager) Close() {
+	close(m.stop)
+	m.done.Wait()
+	m.sends.Wait()
+	m.mu.Lock()
+	var rets []Request
+	now := m.cfg.Clock.Mono()
+	for _, t := range m.tables {
+		t.keys.each(func(k *Key) {
+			if ret, ok := m.drop(t, k, now, true); ok {
+				rets = append(rets, ret)
+			}
+		})
+	}
+	m.mu.Unlock()
+	m.release(rets)
+}
