@@ -44,6 +44,10 @@ var quiet = slog.New(slog.NewTextHandler(logSink(), nil))
 // defaults to GOMAXPROCS, two here, which would queue them in pairs. A
 // -parallel given on the command line is kept.
 func TestMain(m *testing.M) {
+	if os.Getenv(slotHolderEnv) != "" { // concurrency_test.go
+		fmt.Fprintln(os.Stderr, "slot holder:", serveSlotHolder())
+		os.Exit(1)
+	}
 	if os.Getenv(childEnv) != "" {
 		if err := serveChild(); err != nil {
 			fmt.Fprintln(os.Stderr, "fleet child:", err)
