@@ -111,6 +111,9 @@ type Interceptor struct {
 	rules    []string       // the policies' rules
 	names    string         // the rules, comma-separated, for messages
 	errLogs  rate.Sometimes // an unknown rule fails every call: log a few
+	// slotPolicies are the policies on concurrency rules: a slot held for
+	// the call's life (slots.go).
+	slotPolicies []Policy
 }
 
 // New checks the options and builds the interceptors. Every policy must
@@ -136,12 +139,20 @@ func New(c *client.Client, opts Options) (*Interceptor, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Interceptor{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...), rules: rules,
-		names: strings.Join(rules, ","), errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}, nil
+	i := &Interceptor{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...), rules: rules,
+		errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}
+	i.splitSlots()
+	i.names = strings.Join(i.rules, ",")
+	return i, nil
 }
 
 // Unary is a grpc.UnaryServerInterceptor.
 func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	held, err := i.takeSlots(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseSlots(held)
 	if err := i.admit(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
@@ -151,6 +162,11 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 // Stream is a grpc.StreamServerInterceptor. The stream is charged once,
 // before its handler runs.
 func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	held, err := i.takeSlots(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	defer releaseSlots(held)
 	if err := i.admit(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
@@ -160,7 +176,7 @@ func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 // admit decides a call; a non-nil error is the call's answer.
 func (i *Interceptor) admit(ctx context.Context, method string) error {
 	n := i.opts.Cost(ctx, method)
-	if n <= 0 {
+	if n <= 0 || len(i.policies) == 0 {
 		return nil
 	}
 	var buf [4]string // (policies are few: no allocation for the keys)

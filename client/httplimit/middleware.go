@@ -147,6 +147,9 @@ type Middleware struct {
 	keyHdr   string
 	errLogs  rate.Sometimes // an unknown rule fails every request: log a few
 	settles  bool           // requests are settled once the handler returns
+	// slotPolicies are the policies on concurrency rules: a slot held for
+	// the handler's life (slots.go).
+	slotPolicies []Policy
 }
 
 // New checks the options and builds the middleware. Every policy must name
@@ -180,7 +183,11 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	if opts.KeyHeader != "" {
 		m.keyHdr = textproto.CanonicalMIMEHeaderKey(opts.KeyHeader)
 	}
+	m.splitSlots()
 	m.settles = opts.SettleHeader != "" || opts.SettleCallback
+	if m.settles && len(m.policies) != 1 {
+		return nil, fmt.Errorf("httplimit: New: settling takes one rate policy, got %d", len(m.policies))
+	}
 	return m, nil
 }
 
@@ -188,6 +195,15 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 // func(http.Handler) http.Handler, the shape routers take.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held, ok := m.takeSlots(w, r)
+		if !ok {
+			return
+		}
+		defer releaseSlots(held)
+		if len(m.policies) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
 		res, ok := m.admit(w, r)
 		switch {
 		case !ok:

@@ -1,0 +1,104 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/client/internal/middleware"
+	"github.com/allot-dev/allot/internal/grpcerr"
+)
+
+// A policy on a concurrency rule holds a slot of its key for the call's
+// life (a stream's, for a stream): taken before the rate policies are
+// decided, given back when the handler returns. A call that finds no slot
+// free ends with ResourceExhausted, a RetryInfo of the hold time the node
+// has observed, and a QuotaFailure naming the rule.
+
+// splitSlots moves the policies on concurrency rules out of i.policies.
+func (i *Interceptor) splitSlots() {
+	rate := i.policies[:0:0]
+	for _, p := range i.policies {
+		if r, ok := i.c.Rule(p.Rule); ok && r.Algorithm == "concurrency" {
+			i.slotPolicies = append(i.slotPolicies, p)
+			continue
+		}
+		rate = append(rate, p)
+	}
+	i.policies = rate
+	i.rules = i.rules[:0]
+	for _, p := range rate {
+		i.rules = append(i.rules, p.Rule)
+	}
+}
+
+// takeSlots takes a slot for each slot policy; a non-nil error is the
+// call's answer. The caller releases what it returns.
+func (i *Interceptor) takeSlots(ctx context.Context, method string) ([]*client.Slot, error) {
+	if len(i.slotPolicies) == 0 {
+		return nil, nil
+	}
+	held := make([]*client.Slot, 0, len(i.slotPolicies))
+	for _, p := range i.slotPolicies {
+		key := i.policyKey(ctx, method, p)
+		s, err := i.c.TakeSlot(ctx, p.Rule, key)
+		if err == nil {
+			held = append(held, s)
+			continue
+		}
+		releaseSlots(held)
+		var se *client.SlotError
+		switch {
+		case errors.As(err, &se):
+			return nil, i.noSlot(p.Rule, redact(key), se.RetryAfter)
+		case errors.Is(err, client.ErrUnknownRule), errors.Is(err, client.ErrNotConcurrency):
+			i.errLogs.Do(func() {
+				i.opts.Logger.Error("grpclimit: call refused: a concurrency policy's rule is not one now", "rule", p.Rule, "method", method, "err", err)
+			})
+			return nil, status.Errorf(codes.Internal, "concurrency limit %q is not defined", p.Rule)
+		case ctx.Err() != nil:
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		i.errLogs.Do(func() {
+			i.opts.Logger.Warn("grpclimit: no slot decided", "rule", p.Rule, "method", method, "err", err)
+		})
+		return nil, i.opts.OnError(ctx, method, err) // nil: served without the slots
+	}
+	return held, nil
+}
+
+// policyKey is p's key for a call: its own, or the interceptor's.
+func (i *Interceptor) policyKey(ctx context.Context, method string, p Policy) string {
+	if p.Key != nil {
+		if k, ok := p.Key(ctx, method); ok && k != "" {
+			return middleware.BoundedKey("", k)
+		}
+	}
+	return i.key(ctx)
+}
+
+// noSlot is the status of a call that found no slot free.
+func (i *Interceptor) noSlot(rule, who string, retry time.Duration) error {
+	v := &errdetails.QuotaFailure_Violation{Subject: rule + "/" + who, QuotaId: rule,
+		Description: fmt.Sprintf("concurrency limit of rule %s reached", rule)}
+	if r, ok := i.c.Rule(rule); ok {
+		v.QuotaValue = r.Limit
+		v.Description = fmt.Sprintf("concurrency limit of %d in flight of rule %s reached", r.Limit, rule)
+	}
+	return grpcerr.New(codes.ResourceExhausted, fmt.Sprintf("concurrency limit %s reached; retry in %v", rule, retry.Round(time.Millisecond)),
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
+		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{v}})
+}
+
+func releaseSlots(held []*client.Slot) {
+	for _, s := range held {
+		s.Release()
+	}
+}

@@ -1,0 +1,80 @@
+package httplimit
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/allot-dev/allot/client"
+)
+
+// A policy on a concurrency rule holds a slot of its key for the handler's
+// life: taken before the rate policies are decided, given back when the
+// handler returns. A request that finds no slot free is answered 429 with
+// a Retry-After from the hold time the node has observed (rounded up to a
+// second) and a problem naming the rule.
+
+// splitSlots moves the policies on concurrency rules out of m.policies.
+func (m *Middleware) splitSlots() {
+	rate := m.policies[:0:0]
+	for _, p := range m.policies {
+		if r, ok := m.c.Rule(p.Rule); ok && r.Algorithm == "concurrency" {
+			m.slotPolicies = append(m.slotPolicies, p)
+			continue
+		}
+		rate = append(rate, p)
+	}
+	m.policies = rate
+	m.rules = m.rules[:0]
+	for _, p := range rate {
+		m.rules = append(m.rules, p.Rule)
+	}
+}
+
+// takeSlots takes a slot for each slot policy, or answers the request and
+// reports false; the caller releases what it returns.
+func (m *Middleware) takeSlots(w http.ResponseWriter, r *http.Request) ([]*client.Slot, bool) {
+	if len(m.slotPolicies) == 0 {
+		return nil, true
+	}
+	held := make([]*client.Slot, 0, len(m.slotPolicies))
+	for _, p := range m.slotPolicies {
+		s, err := m.c.TakeSlot(r.Context(), p.Rule, m.policyKey(r, p, ""))
+		if err == nil {
+			held = append(held, s)
+			continue
+		}
+		releaseSlots(held)
+		var se *client.SlotError
+		switch {
+		case errors.As(err, &se):
+			w.Header().Set("Retry-After", fmtInt(retrySeconds(se.RetryAfter)))
+			writeProblem(w, quotaExceeded(p.Rule, se.RetryAfter))
+			return nil, false
+		case errors.Is(err, client.ErrUnknownRule), errors.Is(err, client.ErrNotConcurrency):
+			// The rule went, or changed kind, on a reload: refuse rather
+			// than serve without the limit.
+			m.errLogs.Do(func() {
+				m.opts.Logger.Error("httplimit: request refused: a concurrency policy's rule is not one now", "rule", p.Rule, "err", err)
+			})
+			writeProblem(w, unknownRule([]string{p.Rule}))
+			return nil, false
+		case r.Context().Err() != nil:
+			return nil, false
+		}
+		m.errLogs.Do(func() {
+			m.opts.Logger.Warn("httplimit: no slot decided", "rule", p.Rule, "err", err)
+		})
+		if m.opts.OnError(w, r, err) {
+			return nil, false
+		}
+		held = nil // served without the slots (fail open)
+		break
+	}
+	return held, true
+}
+
+func releaseSlots(held []*client.Slot) {
+	for _, s := range held {
+		s.Release()
+	}
+}
