@@ -137,6 +137,8 @@ func (c *Client) check(rs *ruleState, rule, key string, n int64) (*rules.Rule, e
 		return nil, ErrInvalidKey
 	case n <= 0:
 		return nil, ErrInvalidCost
+	case rs.rule.IsConcurrency():
+		return nil, fmt.Errorf("%w: rule %q limits requests in flight: take a slot (TakeSlot)", ErrConcurrencyRule, rule)
 	}
 	r := rs.rule.ForKey(key)
 	if n > r.Capacity() {

@@ -23,8 +23,11 @@ var (
 	// a *SlotError, whose RetryAfter says when to try again.
 	ErrNoSlot = errors.New("allot: no slot free")
 	// ErrNotConcurrency: TakeSlot was given a rule that is not a
-	// concurrency rule (or Allow one that is).
+	// concurrency rule.
 	ErrNotConcurrency = errors.New("allot: not a concurrency rule")
+	// ErrConcurrencyRule: Allow (AllowN, AllowAll, Reserve, Wait) was given
+	// a concurrency rule, which limits requests in flight: use TakeSlot.
+	ErrConcurrencyRule = errors.New("allot: a concurrency rule takes slots, not tokens")
 )
 
 // SlotError is TakeSlot's refusal: errors.Is(err, ErrNoSlot).

@@ -58,6 +58,9 @@ func TestTakeSlot(t *testing.T) {
 		{"tb", "k", client.ErrNotConcurrency},
 		{"cc", "", client.ErrInvalidKey},
 	} {
+		if _, err := c.AllowN(ctx, "cc", "k", 1); !errors.Is(err, client.ErrConcurrencyRule) {
+			t.Errorf("AllowN on a concurrency rule: %v, want ErrConcurrencyRule", err)
+		}
 		if _, err := c.TakeSlot(ctx, tc.rule, tc.key); !errors.Is(err, tc.want) {
 			t.Errorf("TakeSlot(%q, %q): %v, want %v", tc.rule, tc.key, err, tc.want)
 		}
@@ -84,6 +87,12 @@ func TestTakeSlotFallback(t *testing.T) {
 	var se *client.SlotError
 	if _, err := c.TakeSlot(ctx, "cc", "k"); !errors.As(err, &se) || se.Mode != client.ModeFallback {
 		t.Fatalf("a third slot on a fallback of 2: %v", err)
+	}
+	if _, err := c.AllowN(ctx, "cc", "k", 1); !errors.Is(err, client.ErrConcurrencyRule) {
+		t.Errorf("AllowN on a concurrency rule, allocator gone: %v, want ErrConcurrencyRule", err)
+	}
+	if c.Allow(ctx, "cc", "k") {
+		t.Error("Allow on a concurrency rule admitted")
 	}
 	for range 3 {
 		if s, err := c.TakeSlot(ctx, "shut", "k"); err == nil {
