@@ -169,9 +169,6 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	if opts.Cost == nil {
 		opts.Cost = func(*http.Request) int64 { return 1 }
 	}
-	if (opts.SettleHeader != "" || opts.SettleCallback) && len(opts.Policies) != 1 {
-		return nil, fmt.Errorf("httplimit: New: settling takes one policy, got %d", len(opts.Policies))
-	}
 	if opts.OnError == nil {
 		opts.OnError = func(http.ResponseWriter, *http.Request, error) bool { return false }
 	}
@@ -186,7 +183,7 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	m.splitSlots()
 	m.settles = opts.SettleHeader != "" || opts.SettleCallback
 	if m.settles && len(m.policies) != 1 {
-		return nil, fmt.Errorf("httplimit: New: settling takes one rate policy, got %d", len(m.policies))
+		return nil, fmt.Errorf("httplimit: New: settling takes one policy (beside those on concurrency rules), got %d", len(m.policies))
 	}
 	return m, nil
 }

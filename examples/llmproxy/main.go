@@ -4,6 +4,9 @@
 // used in X-Tokens-Used; httplimit settles the request at that cost, so a
 // key whose completions ran long is in debt and refused (429 with a
 // Retry-After saying when refill repays it) until its rule's rate has paid.
+// A second policy, on a concurrency rule, holds a slot of the key for each
+// completion's life: at most four run at once per key across the fleet,
+// the fifth is refused 429 with a Retry-After of the time completions take.
 //
 //	go run ./examples/llmproxy                                # decides alone on its own rule
 //	go run ./examples/llmproxy --allocators 127.0.0.1:7070    # a rule of the allocator's
@@ -35,6 +38,7 @@ type options struct {
 	listen     string
 	allocators string // comma-separated; "" decides alone
 	rule       string
+	inflight   string // the concurrency rule; "" for none
 }
 
 func main() {
@@ -56,12 +60,17 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8082", "HTTP listen address")
 	fs.StringVar(&o.allocators, "allocators", "", "comma-separated allocator addresses; empty: decide alone on the rule "+localRule.Name)
 	fs.StringVar(&o.rule, "rule", localRule.Name, "the rule limiting each API key's tokens")
+	fs.StringVar(&o.inflight, "inflight-rule", localInFlight.Name, "the concurrency rule limiting each API key's completions in flight; empty: none")
 	return o, fs.Parse(args)
 }
 
 // localRule is what the proxy decides by without an allocator: 10,000
 // model tokens a minute per key, in bursts of 2,000, a debt of one burst.
 var localRule = client.Rule{Name: "llm-tokens", Algorithm: "token_bucket", Limit: 10_000, Period: time.Minute, Burst: 2_000}
+
+// localInFlight: four completions of a key at once, as a model serves a
+// few in parallel and queues the rest.
+var localInFlight = client.Rule{Name: "llm-inflight", Algorithm: "concurrency", Limit: 4}
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	o, err := parse(args, stderr)
@@ -74,7 +83,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	h, err := newHandler(c, o.rule, log)
+	h, err := newHandler(c, o, log)
 	if err != nil {
 		return err
 	}
@@ -99,18 +108,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 func newClient(o *options, log *slog.Logger) (*client.Client, error) {
 	cfg := client.Config{Logger: log}
 	if o.allocators == "" {
-		cfg.Rules = []client.Rule{localRule}
+		cfg.Rules = []client.Rule{localRule, localInFlight}
 	} else {
 		cfg.Allocators = strings.Split(o.allocators, ",")
 	}
 	return client.New(cfg)
 }
 
-// newHandler serves completions behind the limit: admitted on an estimate
-// of one token, settled at the tokens the model used.
-func newHandler(c *client.Client, rule string, log *slog.Logger) (http.Handler, error) {
+// newHandler serves completions behind the limits: a slot of the key held
+// while the completion runs, and its tokens admitted on an estimate of one,
+// settled at the tokens the model used.
+func newHandler(c *client.Client, o *options, log *slog.Logger) (http.Handler, error) {
+	policies := []httplimit.Policy{{Rule: o.rule}}
+	if o.inflight != "" {
+		policies = append(policies, httplimit.Policy{Rule: o.inflight})
+	}
 	mw, err := httplimit.New(c, httplimit.Options{
-		Policies:     []httplimit.Policy{{Rule: rule}},
+		Policies:     policies,
 		KeyHeader:    "X-API-Key",
 		SettleHeader: "X-Tokens-Used",
 		Logger:       log,

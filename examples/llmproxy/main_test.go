@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/allot-dev/allot/client"
 )
 
 // A key whose completions used more than its burst is in debt: refused,
@@ -22,7 +25,7 @@ func TestCompletionsAreSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	h, err := newHandler(c, o.rule, log)
+	h, err := newHandler(c, o, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,5 +47,48 @@ func TestCompletionsAreSettled(t *testing.T) {
 	}
 	if rec := post("other", "10"); rec.Code != http.StatusOK {
 		t.Fatalf("another key: %d", rec.Code)
+	}
+}
+
+// A key with four completions in flight is refused a fifth, with a
+// Retry-After, and served again once one ends. The slots are the ones
+// the middleware takes, under its key for the API key ("key:demo").
+func TestCompletionsInFlight(t *testing.T) {
+	o, err := parse(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	c, err := newClient(o, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h, err := newHandler(c, o, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []*client.Slot
+	for range 4 { // four completions of demo, running
+		s, err := c.TakeSlot(context.Background(), o.inflight, "key:demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		running = append(running, s)
+	}
+	post := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"hi","max_tokens":5}`))
+		req.Header.Set("X-API-Key", "demo")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := post(); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" ||
+		!strings.Contains(rec.Body.String(), "llm-inflight") {
+		t.Fatalf("a fifth completion in flight: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+	running[0].Release()
+	if rec := post(); rec.Code != http.StatusOK {
+		t.Fatalf("once one ended: %d %s", rec.Code, rec.Body)
 	}
 }
