@@ -30,13 +30,13 @@ type Key struct {
 	// ceil is the node's share of the slots: a release while the cap is
 	// above it shrinks the cap, giving the slot up rather than back to
 	// the lease, so that a node above its share drains to it.
-	ceil     atomic.Int64
-	peak     atomic.Int64  // most in flight since the loop last looked (0: no take)
-	refused  atomic.Int64  // takes refused since the loop last looked
-	mode     atomic.Uint32 // Mode of the cap
-	hold     atomic.Int64  // observed mean hold, ns: RetryAfter's
-	touched  atomic.Bool   // a take refused since the loop last looked
-	dead     atomic.Bool   // the manager forgot it: look the key up again
+	ceil    atomic.Int64
+	peak    atomic.Int64  // most in flight since the loop last looked (0: no take)
+	refused atomic.Int64  // takes refused since the loop last looked
+	mode    atomic.Uint32 // Mode of the cap
+	hold    atomic.Int64  // observed mean hold, ns: RetryAfter's
+	touched atomic.Bool   // a take refused since the loop last looked
+	dead    atomic.Bool   // the manager forgot it: look the key up again
 
 	st state // the loop's, under Manager.mu
 }
@@ -45,7 +45,7 @@ const (
 	inFlightMask = 1<<24 - 1 // also the largest cap
 	capShift     = 40
 	releaseShift = 24
-		releaseMask  = 1<<16 - 1
+	releaseMask  = 1<<16 - 1
 )
 
 func capOf(w uint64) uint64 { return w >> capShift }
