@@ -38,7 +38,7 @@ func AnswerOf(resp *allotv1.AcquireResponse) Answer {
 	for i, l := range resp.GetLeases() {
 		ans.Grants[i] = Grant{Granted: l.GetGranted(), Remaining: l.GetRemaining(), TTL: l.GetTtl().AsDuration(),
 			RetryAfter: l.GetRetryAfter().AsDuration(), Holders: int(l.GetHolders()), Epoch: l.GetEpoch(), Rate: l.GetRate(),
-			FallbackNodes: int(l.GetFallbackNodes())}
+			FallbackNodes: int64(l.GetFallbackNodes())}
 	}
 	return ans
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/allot-dev/allot/internal/grant"
 )
 
 // Request asks the allocator for a lease on one key.
@@ -33,23 +35,9 @@ type Request struct {
 	Settled int64
 }
 
-// Grant is the allocator's answer to one Request.
-type Grant struct {
-	Granted    int64
-	Remaining  int64 // left centrally after the grant
-	TTL        time.Duration
-	RetryAfter time.Duration
-	Holders    int
-	Epoch      int64
-	// Rate is the share of the rule's rate lent with the lease, tokens per
-	// second, from the answer until the request's send time plus TTL.
-	Rate float64
-	// FallbackNodes is what the key's fallback is to divide the rule by, at
-	// least: Holders, or more while the fallback shares the allocator told
-	// the key's holders would otherwise pass the rule; 0 from an allocator
-	// that does not say.
-	FallbackNodes int
-}
+// Grant is the allocator's answer to one Request: grant.Grant, the one
+// definition of the message, which the store answers too.
+type Grant = grant.Grant
 
 // Answer is the allocator's answer to one Acquire call.
 type Answer struct {

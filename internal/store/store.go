@@ -8,6 +8,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/allot-dev/allot/internal/grant"
 	"github.com/allot-dev/allot/internal/rules"
 )
 
@@ -80,30 +81,9 @@ func (r *AcquireRequest) Reportable() bool {
 	return r.Rule.Leasable() || r.Rule.IsConcurrency() || (r.Want == 0 && r.WantRate == 0 && r.Returned == 0)
 }
 
-// Lease is what the store lent.
-type Lease struct {
-	Granted    int64
-	Remaining  int64         // whole tokens left after the grant
-	TTL        time.Duration // how long the node may use the tokens
-	RetryAfter time.Duration // when Granted < Want: when asking again may pay
-	Holders    int           // holders of the key, absent ones and the caller included
-	Epoch      int64         // window index for window rules, 0 otherwise
-	// Rate is the share of the rule's refill rate lent to the node for TTL,
-	// in tokens per second; the central bucket does not earn it meanwhile.
-	Rate float64
-	// FullFor and FullInTTL (token buckets): the central bucket had been
-	// full for FullFor when the request arrived, and for FullInTTL at least,
-	// in all, of the TTL before; both 0 when nothing is known. See
-	// allotv1.Lease.
-	FullFor, FullInTTL time.Duration
-	// FallbackNodes is what the node's fallback divides the rule by for
-	// the key, at least: Holders, or more so that the fallback shares told
-	// to the key's holders never sum above the rule (fallbackNodes).
-	FallbackNodes int64
-	// SlotShare (concurrency rules) is the node's fair share of the slots
-	// by its holders' wants; Granted is then the slots it holds in all.
-	SlotShare int64
-}
+// Lease is what the store lent: the one definition of the message is
+// grant.Grant, which the node's lease bookkeeping takes too.
+type Lease = grant.Grant
 
 // Return gives back tokens of a lease. On a concurrency rule it gives back
 // every slot the node holds of the key: Tokens and Epoch mean nothing.
