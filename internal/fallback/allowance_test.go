@@ -178,3 +178,30 @@ func TestSharesForgetIdleKeys(t *testing.T) {
 		t.Fatalf("%d allowances kept, want the idle one forgotten", s.Len())
 	}
 }
+
+// A sliding log's fallback counts halved windows on the node's own clock:
+// an estimate of the store's clock that moves between decisions (a node
+// back from a cut, told it anew) must not start a third window within one
+// period. (Limit 100 a second on one node: 50 a window.)
+func TestAllowanceSlidingLogWindowsStayPut(t *testing.T) {
+	r := windowRule(t, rules.SlidingLog, 100, time.Second)
+	a := NewAllowance()
+	ms := time.Millisecond
+	for _, s := range []struct {
+		name    string
+		at, lo  time.Duration
+		allowed bool
+	}{
+		{"t0: 50 at once, the store's clock unknown", 0, 0, true},
+		{"t1: the estimate moves half a period on: still the node's window 0", 600 * ms, 500 * ms, false},
+		{"t2: its window 1 begins", 1000 * ms, 500 * ms, true},
+		{"t3: the estimate moves on again, past another window's start: still window 1", 1100 * ms, 1200 * ms, false},
+	} {
+		n := int64(50)
+		w := Windows{Lo: s.lo, Hi: s.lo, Known: true}
+		res, ok := a.Decide(r, 1, w, s.at, n)
+		if !ok || res.Allowed != s.allowed {
+			t.Fatalf("%s (at %v, store estimate %v on): %+v, want allowed=%v", s.name, s.at, s.lo, res, s.allowed)
+		}
+	}
+}
