@@ -148,7 +148,7 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 		}
 		f := k.request(&c.env, now)
 		reqs[i] = Request{Rule: k.table.name, Key: k.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age, Settled: f.settled,
-			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: f.held, Seq: f.seq,
+			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: f.held, HeldFor: f.heldFor, Seq: f.seq,
 			FallbackNodes: k.FallbackNodes(), OnFallback: f.onFallback}
 	}
 	c.acquiring++

@@ -201,7 +201,14 @@ func (c *Core) Busy() bool { return c.inbox.len() > 0 }
 // and returns to send.
 func (c *Core) Turn(at time.Duration) {
 	now := monoAt(at)
-	for _, k := range c.inbox.take() {
+	keys, spent := c.inbox.take()
+	for _, k := range spent {
+		// Cleared first: a token taken from now on is noted again, one
+		// taken before is at or before now.
+		k.set(bitSpent, false)
+		k.req.spentAt = now
+	}
+	for _, k := range keys {
 		switch {
 		case k == nil:
 		case k.phase == phaseDormant:

@@ -6,6 +6,7 @@ const (
 	bitQueued uint32 = 1 << iota // a refill is queued or in flight (one per key)
 	bitAsleep                    // its share sleeps (sleep.go): the next Take wakes it
 	bitHurry                     // refused while its renewal waits: ask for tokens now (Core.hurry)
+	bitSpent                     // spent since its last request left: the Core notes when (spent)
 )
 
 func (k *KeyLease) is(bit uint32) bool { return k.bits.Load()&bit != 0 }
@@ -37,6 +38,9 @@ func (k *KeyLease) Take(n int64) (left int64, ok bool) {
 			return v, false
 		}
 		if k.tokens.CompareAndSwap(v, v-n) {
+			if !k.is(bitSpent) && k.raise(bitSpent) {
+				k.table.c.inbox.putSpent(k)
+			}
 			if v-n < k.low.Load() {
 				k.WantRefill()
 			}

@@ -117,6 +117,9 @@ func (k *KeyLease) taken() int64 { return k.spans.credited - max(k.tokens.Load()
 // remove takes up to n tokens out for the Core (expiry, a return) and
 // reports how many it took.
 func (k *KeyLease) remove(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
 	for {
 		v := k.tokens.Load()
 		got := min(max(v, 0), n)

@@ -27,6 +27,7 @@ func AcquireProto(node string, reqs []Request) *allotv1.AcquireRequest {
 		}
 		held := max(r.Held, 0)
 		lr.Held = &held
+		lr.HeldFor = durationpb.New(max(r.HeldFor, 0))
 		req.Requests[i] = lr
 	}
 	return req

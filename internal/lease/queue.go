@@ -99,10 +99,12 @@ func (q *deadlines) popDue(now mono) (*KeyLease, bool) {
 // inbox carries the hot path's refill requests to the loop. It never
 // blocks and never drops one: a request that found the loop busy waits in
 // the list (one entry per key at most: WantRefill marks the key queued).
+// It also carries the keys that began to spend since their last request
+// (bitSpent), for the Core to note when (Core.spent).
 type inbox struct {
-	mu   sync.Mutex
-	keys []*KeyLease
-	wake chan struct{} // holds a value while the list is not empty
+	mu          sync.Mutex
+	keys, spent []*KeyLease
+	wake        chan struct{} // holds a value while keys is not empty
 }
 
 func newInbox() *inbox { return &inbox{wake: make(chan struct{}, 1)} }
@@ -111,21 +113,35 @@ func (b *inbox) put(p *KeyLease) {
 	b.mu.Lock()
 	b.keys = append(b.keys, p)
 	b.mu.Unlock()
+	b.signal()
+}
+
+// putSpent wakes nobody: the next Turn, whenever it comes, notes the
+// spending no earlier than it happened.
+func (b *inbox) putSpent(p *KeyLease) {
+	b.mu.Lock()
+	b.spent = append(b.spent, p)
+	b.mu.Unlock()
+}
+
+func (b *inbox) signal() {
 	select {
 	case b.wake <- struct{}{}:
 	default:
 	}
 }
 
-// take empties the list.
-func (b *inbox) take() []*KeyLease {
+// take empties the lists.
+func (b *inbox) take() (keys, spent []*KeyLease) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := b.keys
-	b.keys = nil
-	return out
+	keys, spent = b.keys, b.spent
+	b.keys, b.spent = nil, nil
+	return keys, spent
 }
 
+// len counts the refill requests: a spending noted waits for a Turn that
+// comes for another reason.
 func (b *inbox) len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -56,9 +56,12 @@ func (c *Core) leave(k *KeyLease) (Return, bool) {
 	c.delayed.cancel(k)
 	k.table.keys.remove(k.key, k)
 	k.set(bitAsleep, false)
-	tokens := k.takeOverflow() + k.unusedNow()
+	overflow, fullAt := k.takeOverflow()
+	tokens := overflow + k.unusedNow()
+	still := fullAt
 	if held > 0 && k.spans.k > 0 {
 		tokens += held
+		still = max(still-held, 0)
 	}
 	if k.share != nil {
 		k.share.rate = 0
@@ -66,7 +69,7 @@ func (c *Core) leave(k *KeyLease) (Return, bool) {
 	if !k.sent || k.table.gone.Load() {
 		return Return{}, false
 	}
-	return Return{Rule: k.table.name, Key: k.key, Tokens: tokens, Epoch: k.epoch.Load(), Held: tokens}, true
+	return Return{Rule: k.table.name, Key: k.key, Tokens: tokens, Epoch: k.epoch.Load(), Held: tokens + still}, true
 }
 
 // Final is what a closing node still owes the allocator: the requests that

@@ -34,8 +34,9 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 		f.onFallback = f.onFallback || k.mayFallBack()
 	} else {
 		r := k.Rule()
+		overflow, fullAt := k.takeOverflow()
 		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
-			returned: k.takeOverflow() + k.unusedNow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e),
+			returned: overflow + k.unusedNow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e),
 			onFallback: k.mayFallBack()}
 		if !k.sent && !mutate.On(mutate.SizeByHistory) {
 			// The first request asks for what is already waiting on it; a hot
@@ -47,7 +48,15 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 		}
 		f.consumed, f.age = k.takeConsumed(now)
 		f.settled = k.debt.Swap(0)
-		f.held = max(k.tokens.Load(), 0) + f.returned
+		// How long it has held no more than it holds: since the last Turn
+		// that learned it spent, or since its last request left; none when
+		// a spending is still to be noted. Said before held is read: a
+		// token taken between is one the request says it spent just now.
+		if !k.is(bitSpent) && k.req.spentAt != 0 {
+			f.heldFor = now.Sub(k.req.spentAt)
+		}
+		k.req.spentAt = now
+		f.held = max(k.tokens.Load(), fullAt) + f.returned
 		if mutate.On(mutate.ReturnGrant) && k.sent {
 			f.returned = k.est.size // (a node giving back what it spent; it says what it holds)
 		}

@@ -75,6 +75,12 @@ rules:
     limit: 100
     period: 10s
     lease: { ttl: 1s }
+  - name: narrow
+    algorithm: token_bucket
+    limit: 5000
+    period: 1s
+    burst: 50
+    lease: { ttl: 2s, refresh: 100ms }
 `
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

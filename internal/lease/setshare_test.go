@@ -95,3 +95,63 @@ func TestShrinkingShareOwesOnlyWhatItPooledInFlight(t *testing.T) {
 			}},
 	})
 }
+
+// A share that ends or shrinks gives back with the key's next request
+// what its pool piled up past the new share's pool and the rule's burst:
+// past the burst, a pool is the tenth of the rate the bound allows the
+// shares, and the holders the rate goes to fill theirs anew. (Rule narrow:
+// 5000/s, a burst of 50, a pool of 500 at the whole rate.)
+func TestEndingShareGivesBackItsPoolPastTheBurst(t *testing.T) {
+	g := newRig(t, nil)
+	k := func() *KeyLease { return g.key("narrow", "k") }
+	g.run([]step{
+		{name: "t0: k's first request", at: 0, do: func(g *rig) { g.decide("narrow", "k", 1) }},
+		{name: "t1: answered: the burst and the whole rate", at: time.Millisecond,
+			do: func(g *rig) { g.answer() },
+			want: func(g *rig) error {
+				if k().shareRate() != 5000 || k().share.capTokens != 500 {
+					return fmt.Errorf("share %v, pool %d", k().shareRate(), k().share.capTokens)
+				}
+				return nil
+			}},
+		{name: "t2: quiet: its pool fills", at: 150 * time.Millisecond,
+			do: func(g *rig) {
+				for at := 10 * time.Millisecond; at <= 150*time.Millisecond; at += 10 * time.Millisecond {
+					g.to(at)
+				}
+			},
+			want: func(g *rig) error {
+				if k().Tokens() != 500 {
+					return fmt.Errorf("%d tokens, want its pool of 500", k().Tokens())
+				}
+				return nil
+			}},
+		{name: "t3: its renewal, quiet, gives the share back; the answer ends it", at: 300 * time.Millisecond,
+			do: func(g *rig) {
+				for at := 160 * time.Millisecond; at <= 300*time.Millisecond && len(g.out) == 0; at += 10 * time.Millisecond {
+					g.to(at)
+				}
+				if len(g.out) == 0 {
+					t.Fatalf("no renewal by 300 ms")
+				}
+				before := k().share.overflow
+				g.answer()
+				if k().shareRate() != 0 {
+					t.Fatalf("share %v after giving it back", k().shareRate())
+				}
+				// The pool of 500 past the burst of 50 goes to be given back,
+				// but for the token the round trip's overlap owes (paid from
+				// the tokens); of what had overflowed before, the overlap
+				// drops what it earned twice.
+				if after := k().share.overflow; after < 449 || after > before+449 {
+					t.Fatalf("%d to be given back (%d before), want the 449 past the burst and the token owed", after, before)
+				}
+			},
+			want: func(g *rig) error {
+				if k().Tokens() != 50 {
+					return fmt.Errorf("%d tokens, want the burst of 50 kept", k().Tokens())
+				}
+				return nil
+			}},
+	})
+}

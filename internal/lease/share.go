@@ -80,7 +80,10 @@ func (c *Core) accrue(k *KeyLease, now mono) {
 		in = 0
 	}
 	s.pooled += in
-	s.overflow += n - in
+	if n > in {
+		s.overflow += n - in
+		s.fullAt = max(s.fullAt, held+in)
+	}
 }
 
 // setShare starts the share a grant brought. While the request was on its
@@ -112,6 +115,23 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 			}
 			s.accrued -= owed + min(twice-owed-float64(dropped), 1)
 			s.overflow -= dropped
+		}
+	}
+	// What the old share piled up beyond the new one's pool and the rule's
+	// burst goes back with the next request: the burst's tokens the
+	// ceiling counts (store.state.ceiling), but past it a pool is the tenth
+	// of the rate the bound allows the shares (docs/bounds.md, rule 2), and
+	// the holders the rate went to fill theirs anew. (Kept, a node that
+	// gave back a share of 5,000/s on a burst of 50 held its pool of 500
+	// while two others filled pools of 250 each: 5,568 in a second where
+	// b + 1.1·r + 2·n is 5,556.)
+	if pool := rules.SharePool(g.Rate); s.rate > g.Rate && s.capTokens > pool {
+		owed := int64(math.Ceil(max(-s.accrued, 0)))
+		keep := max(pool, k.Rule().Capacity())
+		if past := min(s.capTokens-pool, k.tokens.Load()-owed-keep); past > 0 {
+			moved := k.remove(past)
+			s.overflow += moved
+			s.fullAt = max(s.fullAt-moved, 0)
 		}
 	}
 	s.rate, s.from, s.end = g.Rate, now, f.sent.Add(g.TTL)

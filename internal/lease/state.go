@@ -25,6 +25,11 @@ type requestState struct {
 	// unusedEpoch is the window the unused tokens were lent in (window
 	// rules): a return names the window it credits.
 	unusedEpoch int64
+	// spentAt is the last Turn that learned the key spent (bitSpent), at or
+	// after the spending, or when its last request left if later: since
+	// then it has held no more than it holds (but for what its share
+	// earned), which its next request says (Request.HeldFor).
+	spentAt mono
 }
 
 // flight is one key's part of an Acquire in flight.
@@ -36,6 +41,7 @@ type flight struct {
 	sent                    mono // of the first attempt
 	returned, returnedEpoch int64
 	held                    int64
+	heldFor                 time.Duration
 	seq                     uint64
 	onFallback              bool // sent while the allocator was taken for down
 }
@@ -43,14 +49,17 @@ type flight struct {
 // rateShare is the share of the rule's rate a key earns (share.go): tokens
 // per second from `from` until end; accrued holds the fraction of a token
 // not yet in the lease (negative: owed), capTokens the most the share may
-// pile up, overflow what it earned beyond that, to be given back, and
-// pooled what it put in the key's tokens since the key's request left.
+// pile up, overflow what it earned beyond that, to be given back, fullAt
+// the most the key held when its share overflowed since the overflow was
+// last given back, and pooled what it put in the key's tokens since the
+// key's request left.
 type rateShare struct {
 	rate      float64
 	from, end mono
 	accrued   float64
 	capTokens int64
 	overflow  int64
+	fullAt    int64
 	pooled    int64
 }
 
@@ -83,14 +92,25 @@ func (k *KeyLease) shareRate() float64 {
 }
 
 // takeOverflow returns what the key's share earned beyond its cap, to give
-// back, and clears it.
-func (k *KeyLease) takeOverflow() int64 {
+// back, and clears it, with what the key held when it overflowed. The
+// return says it still holds that much: the store credits an overflow only
+// below its ceiling with it (store.state.ceiling). The key overflowed
+// because it was full; had the bucket been full too, a central limiter
+// would have lost what the share earned. Reported with what the key holds
+// once it has spent since, the overflow was credited as room the bucket
+// never had, and lent again beside the share's next tokens: a node alone
+// on a rule of burst 1 at 5/s admitted 9 in a second where b + 1.1·r + 2·n
+// is 8.5.
+func (k *KeyLease) takeOverflow() (n, fullAt int64) {
 	if k.share == nil {
-		return 0
+		return 0, 0
 	}
-	n := k.share.overflow
-	k.share.overflow = 0
-	return n
+	n, fullAt = k.share.overflow, k.share.fullAt
+	k.share.overflow, k.share.fullAt = 0, 0
+	if n == 0 {
+		fullAt = 0
+	}
+	return n, fullAt
 }
 
 // unusedNow takes the unused tokens for a return that names the key's

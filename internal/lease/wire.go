@@ -21,6 +21,9 @@ type Request struct {
 	// Held is what the key holds unspent as the request leaves, Returned
 	// included: the store credits no return above it.
 	Held int64
+	// HeldFor is how long before the request left the key has held no
+	// more than Held (store.AcquireRequest.HeldFor).
+	HeldFor time.Duration
 	// Seq numbers the key's requests: a retry carries the same, and the
 	// allocator answers it again rather than applying it twice.
 	Seq uint64

@@ -221,7 +221,8 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 			// A node that does not say what it holds (one before the field)
 			// has its returns credited nothing: see store.AcquireRequest.
 			Held: lr.GetHeld(), HeldKnown: lr.Held != nil, FallbackNodes: int64(lr.GetFallbackNodes()),
-			OnFallback: lr.GetOnFallback(), Settled: lr.GetSettled()}
+			OnFallback: lr.GetOnFallback(), Settled: lr.GetSettled(),
+			HeldFor: lr.GetHeldFor().AsDuration(), HeldForKnown: lr.HeldFor != nil}
 	}
 	return out, nil
 }

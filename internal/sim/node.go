@@ -201,8 +201,8 @@ func (n *node) send(c *lease.Call) {
 		if err == nil {
 			for i, l := range resp.GetLeases() {
 				r := c.Requests[i]
-				w.tracef("store: node %d %s/%s seq %d at store %v: granted %d ttl %v (consumed %d, returned %d, held %d, on fallback %v)",
-					n.i, r.Rule, r.Key, r.Seq, w.store.at(w.now), l.GetGranted(), l.GetTtl().AsDuration(), r.Consumed, r.Returned, r.Held, r.OnFallback)
+				w.tracef("store: node %d %s/%s seq %d at store %v: granted %d ttl %v (consumed %d, returned %d, held %d, held for %v, on fallback %v)",
+					n.i, r.Rule, r.Key, r.Seq, w.store.at(w.now), l.GetGranted(), l.GetTtl().AsDuration(), r.Consumed, r.Returned, r.Held, r.HeldFor, r.OnFallback)
 			}
 		}
 		w.net.send(n.i, func() { n.answer(gen, c, resp, err) })

@@ -238,8 +238,10 @@ func (st *state) release(r *rules.Rule, now int64, ret *Return) {
 		st.slots.release(now, ret.Node, &st.expires)
 	case rules.TokenBucket:
 		credited, _ := st.giveBack(ret.Node, now, ttl, 0, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
-		delete(st.holders, ret.Node)
+		// Refilled while it still holds: until now its share was its own,
+		// and what it held the bucket had lent.
 		st.refill(r, now)
+		delete(st.holders, ret.Node)
 		st.tokens = math.Min(st.ceiling(r, now, "", 0), st.tokens+float64(credited))
 	case rules.FixedWindow, rules.SlidingWindow:
 		credited, _ := st.giveBack(ret.Node, now, ttl, ret.Epoch, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))

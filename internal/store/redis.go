@@ -286,11 +286,12 @@ func (s *Redis) acquireCall(req *AcquireRequest) scriptCall {
 	// Then whether the rule is strict (the acquire only reports
 	// consumption), what the node holds (-1: it did not say), what its
 	// fallback divides by and whether it sent on its fallback; then what
-	// it settled and the rule's debt (core_debt.go).
+	// it settled and the rule's debt (core_debt.go), and how long ago it
+	// first spent since its last request (-1: it did not say).
 	args := s.ruleArgs(req.Rule).str(req.Node).int(req.Want).int(req.Consumed).int(req.ConsumedAge.Microseconds()).
 		float(req.WantRate).int(req.Returned).int(req.ReturnedEpoch).int(req.Seq).bool(!req.Rule.Leasable()).
 		int(reportOf(req.Held, req.HeldKnown).arg()).int(max(req.FallbackNodes, 0)).bool(req.OnFallback).
-		int(max(req.Settled, 0)).int(req.Rule.Debt())
+		int(max(req.Settled, 0)).int(req.Rule.Debt()).int(req.heldFor())
 	return scriptCall{scriptFor(req.Rule), "a", s.key(req.Rule, req.Key), args, req.Rule.IsCalendar()}
 }
 

@@ -47,6 +47,14 @@ type AcquireRequest struct {
 	// store cannot tell tokens given back from tokens spent.
 	Held      int64
 	HeldKnown bool
+	// HeldFor is how long before the request left the node has held no
+	// more than Held, when HeldForKnown (allotv1.LeaseRequest.held_for):
+	// before then it held up to what the store counted at its last
+	// request, so refill earned before then does not fill the room its
+	// spending opened (core_bucket.go's refillAround). Not known from a
+	// node that predates it: Held is taken as held since its last request.
+	HeldFor      time.Duration
+	HeldForKnown bool
 	// Settled is what the node's reservations cost beyond their estimate
 	// once their work ended, past what it held to pay with: taken in full,
 	// into a debt of at most the rule's (core_debt.go).

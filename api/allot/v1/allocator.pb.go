@@ -268,7 +268,17 @@ type LeaseRequest struct {
 	// it holds after the call: never fewer than slots_kept, when it held
 	// that many. Unset: it keeps none (a first request, or one after its
 	// lease ended).
-	SlotsKept     *int64 `protobuf:"varint,14,opt,name=slots_kept,json=slotsKept,proto3,oneof" json:"slots_kept,omitempty"`
+	SlotsKept *int64 `protobuf:"varint,14,opt,name=slots_kept,json=slotsKept,proto3,oneof" json:"slots_kept,omitempty"`
+	// How long before the request left the node has held no more than
+	// held (but for what a rate share earned it): since it last spent, or
+	// since its last request left if it spent nothing since; 0 when it has
+	// just spent. Before then it held up to what its last request said it
+	// held, so the store's token bucket does not fill the room the spending
+	// opened with refill it earned before then (it would lend again a burst
+	// the node had kept through a quiet time: once spent, once refilled).
+	// Token buckets only; unset from a node before this field, whose held is
+	// then taken as held since its last request.
+	HeldFor       *durationpb.Duration `protobuf:"bytes,15,opt,name=held_for,json=heldFor,proto3" json:"held_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -399,6 +409,13 @@ func (x *LeaseRequest) GetSlotsKept() int64 {
 		return *x.SlotsKept
 	}
 	return 0
+}
+
+func (x *LeaseRequest) GetHeldFor() *durationpb.Duration {
+	if x != nil {
+		return x.HeldFor
+	}
+	return nil
 }
 
 type AcquireResponse struct {
@@ -1376,7 +1393,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xcb\x03\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x81\x04\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1394,7 +1411,8 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"onFallback\x12\x18\n" +
 	"\asettled\x18\r \x01(\x03R\asettled\x12\"\n" +
 	"\n" +
-	"slots_kept\x18\x0e \x01(\x03H\x01R\tslotsKept\x88\x01\x01B\a\n" +
+	"slots_kept\x18\x0e \x01(\x03H\x01R\tslotsKept\x88\x01\x01\x124\n" +
+	"\bheld_for\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\aheldForB\a\n" +
 	"\x05_heldB\r\n" +
 	"\v_slots_kept\"u\n" +
 	"\x0fAcquireResponse\x12'\n" +
@@ -1526,36 +1544,37 @@ var file_allot_v1_allocator_proto_goTypes = []any{
 var file_allot_v1_allocator_proto_depIdxs = []int32{
 	3,  // 0: allot.v1.AcquireRequest.requests:type_name -> allot.v1.LeaseRequest
 	16, // 1: allot.v1.LeaseRequest.consumed_age:type_name -> google.protobuf.Duration
-	5,  // 2: allot.v1.AcquireResponse.leases:type_name -> allot.v1.Lease
-	16, // 3: allot.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	16, // 4: allot.v1.Lease.retry_after:type_name -> google.protobuf.Duration
-	16, // 5: allot.v1.Lease.full_for:type_name -> google.protobuf.Duration
-	16, // 6: allot.v1.Lease.full_in_ttl:type_name -> google.protobuf.Duration
-	7,  // 7: allot.v1.ReleaseRequest.returns:type_name -> allot.v1.Return
-	16, // 8: allot.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
-	16, // 9: allot.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	13, // 10: allot.v1.GetRulesResponse.rules:type_name -> allot.v1.Rule
-	0,  // 11: allot.v1.Rule.algorithm:type_name -> allot.v1.Algorithm
-	16, // 12: allot.v1.Rule.period:type_name -> google.protobuf.Duration
-	1,  // 13: allot.v1.Rule.failure:type_name -> allot.v1.Failure
-	15, // 14: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
-	14, // 15: allot.v1.Rule.overrides:type_name -> allot.v1.KeyOverride
-	16, // 16: allot.v1.Rule.max_hold:type_name -> google.protobuf.Duration
-	16, // 17: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
-	16, // 18: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
-	2,  // 19: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
-	6,  // 20: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
-	9,  // 21: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
-	11, // 22: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
-	4,  // 23: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
-	8,  // 24: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
-	10, // 25: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
-	12, // 26: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
-	23, // [23:27] is the sub-list for method output_type
-	19, // [19:23] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	16, // 2: allot.v1.LeaseRequest.held_for:type_name -> google.protobuf.Duration
+	5,  // 3: allot.v1.AcquireResponse.leases:type_name -> allot.v1.Lease
+	16, // 4: allot.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	16, // 5: allot.v1.Lease.retry_after:type_name -> google.protobuf.Duration
+	16, // 6: allot.v1.Lease.full_for:type_name -> google.protobuf.Duration
+	16, // 7: allot.v1.Lease.full_in_ttl:type_name -> google.protobuf.Duration
+	7,  // 8: allot.v1.ReleaseRequest.returns:type_name -> allot.v1.Return
+	16, // 9: allot.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	16, // 10: allot.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	13, // 11: allot.v1.GetRulesResponse.rules:type_name -> allot.v1.Rule
+	0,  // 12: allot.v1.Rule.algorithm:type_name -> allot.v1.Algorithm
+	16, // 13: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	1,  // 14: allot.v1.Rule.failure:type_name -> allot.v1.Failure
+	15, // 15: allot.v1.Rule.lease:type_name -> allot.v1.LeaseTuning
+	14, // 16: allot.v1.Rule.overrides:type_name -> allot.v1.KeyOverride
+	16, // 17: allot.v1.Rule.max_hold:type_name -> google.protobuf.Duration
+	16, // 18: allot.v1.LeaseTuning.ttl:type_name -> google.protobuf.Duration
+	16, // 19: allot.v1.LeaseTuning.refresh:type_name -> google.protobuf.Duration
+	2,  // 20: allot.v1.Allocator.Acquire:input_type -> allot.v1.AcquireRequest
+	6,  // 21: allot.v1.Allocator.Release:input_type -> allot.v1.ReleaseRequest
+	9,  // 22: allot.v1.Allocator.Check:input_type -> allot.v1.CheckRequest
+	11, // 23: allot.v1.Allocator.GetRules:input_type -> allot.v1.GetRulesRequest
+	4,  // 24: allot.v1.Allocator.Acquire:output_type -> allot.v1.AcquireResponse
+	8,  // 25: allot.v1.Allocator.Release:output_type -> allot.v1.ReleaseResponse
+	10, // 26: allot.v1.Allocator.Check:output_type -> allot.v1.CheckResponse
+	12, // 27: allot.v1.Allocator.GetRules:output_type -> allot.v1.GetRulesResponse
+	24, // [24:28] is the sub-list for method output_type
+	20, // [20:24] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_allot_v1_allocator_proto_init() }

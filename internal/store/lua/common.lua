@@ -302,8 +302,8 @@ local function dispatch(acquire, release, check, setup)
   end
   for i = 1, #KEYS do
     key = KEYS[i]
-    local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14
-    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14 =
+    local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15
+    limit, period, burst, ttl, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 =
       unpack_all(ARGV[i + 1])
     bounds = nil
     if calendar and type(period) == 'table' then
@@ -317,7 +317,7 @@ local function dispatch(acquire, release, check, setup)
       req.node, req.want, req.consumed, req.age, req.want_rate = a1, a2, a3, a4, a5
       req.returned, req.returned_epoch, req.seq, req.strict = a6, a7, a8, a9 == 1
       req.held, req.fallback_nodes, req.on_fallback = a10, a11, a12 == 1
-      req.settled, req.max_debt = a13, a14
+      req.settled, req.max_debt, req.held_for = a13, a14, a15
       replies[i] = acquire(now, req)
     elseif op == 'r' then
       replies[i] = release(now, a1, a2, a3, a4)

@@ -49,35 +49,47 @@ local function ceiling(st, now, node, own)
   return max(capacity - sorted_sum(held), 0)
 end
 
+-- earned is core_bucket.go's earned: what the bucket earns over [from, to],
+-- from at or after its stamp: the rule's rate less the shares lent and the
+-- reservations held over it.
+local function earned(st, from, to)
+  local lent
+  for _, h in pairs(st.holders) do
+    local stop = min(h[1], to)
+    if h[4] > 0 and stop > from then
+      lent = lent or {}
+      lent[#lent + 1] = h[4] * (stop - from) / 1e6
+    end
+  end
+  for _, h in pairs(st.holders) do
+    local since, till = max(h[13] or h[1], from), min(to, h[1] + absence)
+    if till > since then
+      lent = lent or {}
+      lent[#lent + 1] = per_second / share_n(h) * (till - since) / 1e6
+    end
+  end
+  return (to - from) * rate - sorted_sum(lent)
+end
+
 -- refill adds what the bucket earned since the last refill: the rule's rate,
 -- less the shares lent to holders, each until its lease ended, and less the
 -- reservations of the holders absent or back, each from when its lease
 -- ended, or it came back, until its absence did. A clock that steps back
 -- earns nothing and does not move the stamp back. It returns how long the
 -- bucket has been full (core_bucket.go's refill; with node, its
--- refillAround).
-local function refill(st, now, node, own)
+-- refillAround: own is what node says it holds, held_for how long ago it
+-- first spent since its last request, -1 or nil when it did not say).
+local function refill(st, now, node, own, held_for)
   if now <= st.s then
     return 0
   end
-  local lent
-  for _, h in pairs(st.holders) do
-    local stop = min(h[1], now)
-    if h[4] > 0 and stop > st.s then
-      lent = lent or {}
-      lent[#lent + 1] = h[4] * (stop - st.s) / 1e6
-    end
-  end
-  for _, h in pairs(st.holders) do
-    local from, to = max(h[13] or h[1], st.s), min(now, h[1] + absence)
-    if to > from then
-      lent = lent or {}
-      lent[#lent + 1] = per_second / share_n(h) * (to - from) / 1e6
-    end
-  end
-  local earned = (now - st.s) * rate - sorted_sum(lent)
-  local sum = st.t + max(earned, 0)
+  local sum = st.t + max(earned(st, st.s, now), 0)
   st.t = min(ceiling(st, now, node, own), sum)
+  local self = node and st.holders[node]
+  if self and held_for and held_for >= 0 and self[1] > now and self[7] > own then
+    local from = max(now - held_for, st.s)
+    st.t = min(st.t, ceiling(st, now, node, self[7]) + max(earned(st, from, now), 0))
+  end
   local full = 0
   local over = sum - capacity
   if over > 0 then

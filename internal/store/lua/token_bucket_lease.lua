@@ -101,7 +101,7 @@ local function acquire(now, req)
     return again
   end
   local credited, held = give_back(st, req.node, now, 0, req.returned, req.held)
-  local full_for, full_in_ttl = fullness(st, refill(st, now, req.node, held))
+  local full_for, full_in_ttl = fullness(st, refill(st, now, req.node, held, req.held_for))
   st.t = min(ceiling(st, now, req.node, held), st.t + credited)
   local covered = cover(st, req.node, now)
   local prev = st.holders[req.node]
@@ -135,8 +135,8 @@ local function release(now, node, tokens, _, held)
     return {}
   end
   local credited = give_back(st, node, now, 0, tokens, held)
-  forget(st, node)
   refill(st, now)
+  forget(st, node)
   st.t = min(ceiling(st, now), st.t + credited)
   save(st, now)
   return {}
