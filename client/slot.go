@@ -52,20 +52,21 @@ func (e *SlotError) Is(target error) bool { return target == ErrNoSlot }
 // Release. Release it when the work ends, once; a deferred Release is the
 // usual form.
 type Slot struct {
-	k    *slots.Key
+	key  uint32 // its key's number (slots.ByRef): a Slot holds no pointer
 	mode Mode
 	done bool
 }
 
 // Slots come from slabs, a new one each slotSlabSize takes: one allocation
-// for many, and a Slot is never handed out twice, so that a second Release
+// for many, of memory the collector does not scan (a Slot holds no
+// pointer), and a Slot is never handed out twice, so that a second Release
 // of one can never give back another caller's.
 type slotSlab struct {
 	next atomic.Int64
 	s    [slotSlabSize]Slot
 }
 
-const slotSlabSize = 128
+const slotSlabSize = 256
 
 var slabs atomic.Pointer[slotSlab]
 
@@ -75,7 +76,7 @@ func newSlot(k *slots.Key) *Slot {
 		if sl != nil {
 			if i := sl.next.Add(1) - 1; i < slotSlabSize {
 				s := &sl.s[i]
-				s.k, s.mode = k, Mode(k.Mode())
+				s.key, s.mode = k.Ref(), Mode(k.Mode())
 				return s
 			}
 		}
@@ -91,7 +92,7 @@ func (s *Slot) Release() {
 		return
 	}
 	s.done = true
-	s.k.Give()
+	slots.ByRef(s.key).Give()
 }
 
 // Mode says where the slot came from: the node's lease or its fallback.
@@ -165,7 +166,8 @@ func (c *Client) takeSlot(ctx context.Context, rule, key string) (*Slot, error) 
 // startSlots starts the slots' loop, before the first rules apply.
 func (c *Client) startSlots() {
 	c.slots = slots.NewManager(slots.Config{Transport: slotTransport{c}, Clock: c.cfg.clock, Nodes: c.fleetSize,
-		Unreachable: upstream.IsUnreachable, Timeout: c.leaseTimeout, Logger: c.cfg.Logger})
+		Unreachable: upstream.IsUnreachable, Timeout: c.leaseTimeout, Logger: c.cfg.Logger,
+		Alone: len(c.cfg.Allocators) == 0 && c.gossip == nil})
 }
 
 // applySlotRules gives each concurrency rule of the set a table of keys,

@@ -26,7 +26,7 @@ const (
 // never pass the cap, however the loop moves it; and a count of releases,
 // wrapping, that the loop reads for the rate of them.
 type Key struct {
-	word atomic.Uint64 // cap<<40 | releases<<24 | in flight
+	word atomic.Uint64 // releases<<48 | cap<<24 | in flight
 	// ceil is the node's share of the slots: a release while the cap is
 	// above it shrinks the cap, giving the slot up rather than back to
 	// the lease, so that a node above its share drains to it.
@@ -37,22 +37,26 @@ type Key struct {
 	hold    atomic.Int64  // observed mean hold, ns: RetryAfter's
 	touched atomic.Bool   // a take refused since the loop last looked
 	dead    atomic.Bool   // the manager forgot it: look the key up again
+	ref     uint32        // its number (refs.go)
 
 	st state // the loop's, under Manager.mu
 }
 
 const (
 	inFlightMask = 1<<24 - 1 // also the largest cap
-	capShift     = 40
-	releaseShift = 24
+	capShift     = 24
+	releaseShift = 48
 	releaseMask  = 1<<16 - 1
+	// giveOne takes one slot out of flight and counts a release: the
+	// count, at the top of the word, wraps out of it.
+	giveOne = 1<<releaseShift - 1
 )
 
-func capOf(w uint64) uint64 { return w >> capShift }
+func capOf(w uint64) uint64 { return w >> capShift & inFlightMask }
 
 // releases is the word's count of releases, wrapping at 2^16: the loop
 // looks far more often than that many go by.
-func releases(w uint64) uint64 { return w >> releaseShift & releaseMask }
+func releases(w uint64) uint64 { return w >> releaseShift }
 
 func newKey() *Key {
 	k := &Key{}
@@ -84,10 +88,13 @@ func (k *Key) Take() bool {
 // node's share, up (the cap shrinks with it).
 func (k *Key) Give() {
 	ceil := k.ceil.Load()
+	if w := k.word.Load(); int64(capOf(w)) <= ceil {
+		k.word.Add(giveOne) // (a cap that moved meanwhile drains at the next)
+		return
+	}
 	for {
 		w := k.word.Load()
-		next := w - 1
-		next = next&^(releaseMask<<releaseShift) | (releases(w)+1)&releaseMask<<releaseShift
+		next := w + giveOne
 		if int64(capOf(w)) > ceil {
 			next -= 1 << capShift
 		}
@@ -131,7 +138,7 @@ func (k *Key) setCap(c int64, atLeast bool, m Mode) int64 {
 		if atLeast {
 			next = max(c, n)
 		}
-		if k.word.CompareAndSwap(w, uint64(next)<<capShift|w&(1<<capShift-1)) {
+		if k.word.CompareAndSwap(w, w&^(inFlightMask<<capShift)|uint64(next)<<capShift) {
 			k.mode.Store(uint32(m))
 			return next
 		}

@@ -44,6 +44,9 @@ type Config struct {
 	Unreachable func(error) bool
 	// Timeout bounds each call.
 	Timeout func() time.Duration
+	// Alone says the node has no allocator to ask (none configured, no
+	// gossip): every key is on its fallback from the start.
+	Alone bool
 	// Tick is how often the loop looks at every key. default: 10ms
 	Tick   time.Duration
 	Logger *slog.Logger
@@ -80,6 +83,7 @@ func NewManager(cfg Config) *Manager {
 		cfg.Logger = slog.Default()
 	}
 	m := &Manager{cfg: cfg, tables: map[string]*Table{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	m.down.Store(cfg.Alone)
 	m.done.Add(1)
 	go m.loop()
 	return m
@@ -132,6 +136,12 @@ func (t *Table) Key(key string) *Key {
 	if o := t.keys.load(key); o != nil && !o.Dead() {
 		t.m.mu.Unlock()
 		return o
+	}
+	k.ref = refs.add(k)
+	if t.m.cfg.Alone { // nobody to ask: the fallback at once
+		k.st.answered = true
+		close(k.st.first)
+		t.m.settle(k, t.m.cfg.Clock.Mono(), true)
 	}
 	t.keys.store(k)
 	t.m.mu.Unlock()
@@ -191,7 +201,7 @@ func (m *Manager) tick() {
 				}
 				return
 			}
-			if k.st.due(now, k, down) {
+			if !m.cfg.Alone && k.st.due(now, k, down) {
 				reqs = append(reqs, m.ask(k, now))
 				keys = append(keys, k)
 			}
@@ -240,11 +250,12 @@ func (m *Manager) drop(t *Table, k *Key, now time.Duration, force bool) (Request
 	if force {
 		k.setCap(0, false, k.Mode())
 	}
-	if w := k.word.Load(); w&inFlightMask > 0 || !k.word.CompareAndSwap(w, w&(1<<capShift-1)) {
+	if w := k.word.Load(); w&inFlightMask > 0 || !k.word.CompareAndSwap(w, w&^(inFlightMask<<capShift)) {
 		return Request{}, false
 	}
 	k.dead.Store(true)
 	t.keys.remove(k)
+	refs.remove(k.ref)
 	if k.st.held > 0 && k.st.recorded(now) {
 		return Request{Rule: k.st.rule.Name, Key: k.st.name}, true
 	}
