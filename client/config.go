@@ -179,6 +179,9 @@ type Rule struct {
 	// estimates (Reservation.Settle). default (nil): one burst for a
 	// token_bucket, none for a window rule
 	MaxDebt *int64
+	// MaxHold is a concurrency rule's max_hold (docs/configuration.md,
+	// "Concurrency rules"). default: LeaseTTL/2
+	MaxHold time.Duration
 }
 
 // Override gives one key (Key), or the keys a pattern matches (Match, where
@@ -206,7 +209,7 @@ func toRuleSet(rs []Rule) (*rules.Set, error) {
 			return nil, fmt.Errorf("client: Config.Rules[%d] %q: failure: want open or closed, got %q", i, r.Name, r.Failure)
 		}
 		list[i] = rules.Rule{Name: r.Name, Algorithm: alg, Limit: r.Limit, Period: r.Period, Burst: r.Burst,
-			Failure: failure, Strict: r.Strict, Shadow: r.Shadow, MaxDebt: r.MaxDebt,
+			Failure: failure, Strict: r.Strict, Shadow: r.Shadow, MaxDebt: r.MaxDebt, MaxHold: r.MaxHold,
 			Lease: rules.LeaseTuning{Min: r.LeaseMin, Max: r.LeaseMax, TTL: r.LeaseTTL, Refresh: r.LeaseRefresh}}
 		for _, o := range r.Overrides {
 			list[i].Overrides = append(list[i].Overrides, rules.Override{Key: o.Key, Match: o.Match, Limit: o.Limit, Burst: o.Burst})

@@ -41,7 +41,7 @@ func (c *Client) Rule(name string) (Rule, bool) {
 	r := rs.rule
 	out := Rule{Name: r.Name, Algorithm: r.Algorithm.String(), Limit: r.Limit, Period: r.Period, Burst: r.Burst,
 		Failure: r.Failure.String(), Strict: r.Strict, LeaseMin: r.Lease.Min, LeaseMax: r.Lease.Max,
-		LeaseTTL: r.Lease.TTL, LeaseRefresh: r.Lease.Refresh, Shadow: r.Shadow}
+		LeaseTTL: r.Lease.TTL, LeaseRefresh: r.Lease.Refresh, Shadow: r.Shadow, MaxHold: r.MaxHold}
 	for _, o := range r.Overrides {
 		out.Overrides = append(out.Overrides, Override{Key: o.Key, Match: o.Match, Limit: o.Limit, Burst: o.Burst})
 	}
