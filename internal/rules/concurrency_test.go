@@ -55,3 +55,18 @@ func TestConcurrencyRefusals(t *testing.T) {
 		t.Errorf("max_hold on a token bucket: %v", err)
 	}
 }
+
+func TestConcurrencyRefusesRuntimeOverrides(t *testing.T) {
+	s, err := Parse("c.yaml", []byte("rules:\n  - name: c\n    algorithm: concurrency\n    limit: 20\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := s.Get("c")
+	if err := r.CheckRuntime(&RuntimeOverride{Rule: "c", Key: "k", Limit: 40}); err == nil || !strings.Contains(err.Error(), "take no overrides") {
+		t.Fatalf("a runtime override of a concurrency rule: %v", err)
+	}
+	out, errs := s.WithRuntime([]RuntimeOverride{{Rule: "c", Key: "k", Limit: 40}}, time.Now())
+	if len(errs) != 1 || out != s {
+		t.Fatalf("WithRuntime: %v, set changed %t", errs, out != s)
+	}
+}

@@ -41,6 +41,9 @@ func (r *Rule) CheckRuntime(o *RuntimeOverride) error {
 	if o.Key == "" {
 		return bad("key", "is required: the key the override is for")
 	}
+	if r.IsConcurrency() {
+		return bad("limit", "concurrency rules take no overrides")
+	}
 	ov := Override{Key: o.Key, Limit: o.Limit, Burst: o.Burst}
 	if err := ov.check(r, "override", bad); err != nil {
 		return err
