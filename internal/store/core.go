@@ -22,7 +22,7 @@ type state struct {
 	tokens  float64    // token bucket: tokens held; windows: count of the current window
 	prev    float64    // sliding window: count of the previous window; token bucket: see belowSince
 	stamp   int64      // token bucket: µs of the last refill; windows: the window index
-	log     []logEntry // sliding log: the admitted requests, oldest first
+	log     slidingLog // a sliding log's (core_log.go)
 	holders map[string]holder
 	slots   *slotState // a concurrency rule's (core_concurrency.go); nil for the others
 	expires int64      // µs after which the state may be forgotten
@@ -212,7 +212,7 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 		st.expires = st.bucketExpiry(r, now, ttl)
 	case rules.SlidingLog:
 		st.reportLog(r, now, req)
-		l.Remaining = r.Limit - st.logCount()
+		l.Remaining = r.Limit - st.log.count()
 	default:
 		_, start, end, at := st.roll(r, now)
 		st.debitWindow(r, consumed, req.ConsumedAge, at, start)

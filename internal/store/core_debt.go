@@ -45,7 +45,7 @@ func (st *state) settleLog(r *rules.Rule, now, settled int64) {
 	if settled <= 0 {
 		return
 	}
-	if add := min(settled, r.Limit+r.Debt()-st.logCount()); add > 0 {
-		st.appendLog(now, add)
+	if add := min(settled, r.Limit+r.Debt()-st.log.count()); add > 0 {
+		st.log.add(now, add)
 	}
 }

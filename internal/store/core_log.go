@@ -8,21 +8,10 @@ import (
 
 // The sliding log's part of the reference semantics (see core.go).
 
-// reportLog logs consumption admitted age ago: an entry still inside the
-// period, stamped no earlier than the newest, up to the limit.
-func (st *state) reportLog(r *rules.Rule, now int64, req *AcquireRequest) {
-	p := periodUS(r)
-	st.dropLog(now - p)
-	if at := now - req.ConsumedAge.Microseconds(); at > now-p && req.Consumed > 0 {
-		if add := min(req.Consumed, r.Limit-st.logCount()); add > 0 {
-			st.appendLog(at, add)
-		}
-	}
-	st.settleLog(r, now, req.Settled)
-	st.expires = now + p
-	if len(st.log) > 0 {
-		st.expires = st.log[len(st.log)-1].at + p
-	}
+// slidingLog is a sliding log's state: the admitted requests, oldest
+// first. A token counts while its entry is younger than the period.
+type slidingLog struct {
+	entries []logEntry
 }
 
 // logEntry is one admitted request of a sliding log: n tokens stamped at.
@@ -33,70 +22,90 @@ func (st *state) reportLog(r *rules.Rule, now int64, req *AcquireRequest) {
 // more entries than tokens.
 type logEntry struct{ at, n, last int64 }
 
-// logCount is the number of tokens in the log.
-func (st *state) logCount() int64 {
-	if len(st.log) == 0 {
+// reportLog logs consumption admitted age ago: an entry still inside the
+// period, stamped no earlier than the newest, up to the limit.
+func (st *state) reportLog(r *rules.Rule, now int64, req *AcquireRequest) {
+	p := periodUS(r)
+	st.log.drop(now - p)
+	if at := now - req.ConsumedAge.Microseconds(); at > now-p && req.Consumed > 0 {
+		if add := min(req.Consumed, r.Limit-st.log.count()); add > 0 {
+			st.log.add(at, add)
+		}
+	}
+	st.settleLog(r, now, req.Settled)
+	st.expires = st.log.expiry(now, p)
+}
+
+// count is the number of tokens in the log.
+func (l *slidingLog) count() int64 {
+	if len(l.entries) == 0 {
 		return 0
 	}
-	first, newest := st.log[0], st.log[len(st.log)-1]
+	first, newest := l.entries[0], l.entries[len(l.entries)-1]
 	return newest.last - (first.last - first.n)
 }
 
-// appendLog logs n tokens at, or at the newest entry's stamp if that is
-// later: after the store's clock steps back, entries must not leave the log
-// early (and stamps ascend with token numbers, as dropLog needs).
-func (st *state) appendLog(at, n int64) {
+// add logs n tokens at, or at the newest entry's stamp if that is later:
+// after the store's clock steps back, entries must not leave the log early
+// (and stamps ascend with token numbers, as drop needs).
+func (l *slidingLog) add(at, n int64) {
 	e := logEntry{at: at, n: n, last: n}
-	if k := len(st.log); k > 0 {
-		e.at = max(at, st.log[k-1].at)
-		e.last += st.log[k-1].last
+	if k := len(l.entries); k > 0 {
+		e.at = max(at, l.entries[k-1].at)
+		e.last += l.entries[k-1].last
 	}
-	st.log = append(st.log, e)
+	l.entries = append(l.entries, e)
 }
 
-// dropLog forgets the entries stamped at or before cutoff, subtracting
-// their tokens. Stamps ascend, so they are a prefix, found by bisection
-// (the script gallops then bisects over ranks): each entry leaves once, and
-// a call reads O(log n) entries.
-func (st *state) dropLog(cutoff int64) {
-	drop := sort.Search(len(st.log), func(i int) bool { return st.log[i].at > cutoff })
-	st.log = st.log[drop:]
-	if len(st.log) == 0 {
-		st.log = nil // an idle key keeps no array
+// drop forgets the entries stamped at or before cutoff, subtracting their
+// tokens. Stamps ascend, so they are a prefix, found by bisection (the
+// script gallops then bisects over ranks): each entry leaves once, and a
+// call reads O(log n) entries.
+func (l *slidingLog) drop(cutoff int64) {
+	n := sort.Search(len(l.entries), func(i int) bool { return l.entries[i].at > cutoff })
+	l.entries = l.entries[n:]
+	if len(l.entries) == 0 {
+		l.entries = nil // an idle key keeps no array
 	}
 }
 
 // stampOf is the stamp of the log's k-th oldest token (1-based, at most the
 // count): the stamp of the first entry whose last token is numbered at least
 // the oldest token's number plus k-1.
-func (st *state) stampOf(k int64) int64 {
-	want := st.log[0].last - st.log[0].n + k
-	i := sort.Search(len(st.log), func(i int) bool { return st.log[i].last >= want })
-	return st.log[i].at
+func (l *slidingLog) stampOf(k int64) int64 {
+	want := l.entries[0].last - l.entries[0].n + k
+	i := sort.Search(len(l.entries), func(i int) bool { return l.entries[i].last >= want })
+	return l.entries[i].at
 }
 
-// checkLog keeps one entry per admitted request, with its cost; a token
-// counts while its entry is younger than the period.
+// expiry is when the log is empty: its newest entry leaves a period after
+// it was stamped (now + the period when it is empty already).
+func (l *slidingLog) expiry(now, p int64) int64 {
+	if k := len(l.entries); k > 0 {
+		return l.entries[k-1].at + p
+	}
+	return now + p
+}
+
+// checkLog keeps one entry per admitted request, with its cost.
 func (st *state) checkLog(r *rules.Rule, now, cost int64) Decision {
 	p := periodUS(r)
-	st.dropLog(now - p)
+	st.log.drop(now - p)
 	d := Decision{Limit: r.Limit}
-	n := st.logCount()
+	n := st.log.count()
 	if n+cost <= r.Limit {
 		if cost > 0 {
-			st.appendLog(now, cost)
+			st.log.add(now, cost)
 		}
 		d.Allowed = true
 	} else {
 		// When the oldest tokens that must leave for cost to fit have left.
-		d.RetryAfter = us(st.stampOf(n+cost-r.Limit) + p - now)
+		d.RetryAfter = us(st.log.stampOf(n+cost-r.Limit) + p - now)
 	}
-	d.Remaining = r.Limit - st.logCount()
-	st.expires = now + p
-	if len(st.log) > 0 {
-		newest := st.log[len(st.log)-1].at
-		d.ResetAfter = us(newest + p - now)
-		st.expires = newest + p
+	d.Remaining = r.Limit - st.log.count()
+	st.expires = st.log.expiry(now, p)
+	if len(st.log.entries) > 0 {
+		d.ResetAfter = us(st.expires - now)
 	}
 	return d
 }
