@@ -160,6 +160,7 @@ func (c *Client) takeSlot(ctx context.Context, rule, key string) (*Slot, error) 
 	if mode == 0 {
 		mode = ModeLease
 	}
+	rs.counts.refused(mode)
 	return nil, &SlotError{Rule: rule, RetryAfter: k.RetryAfter(rs.rule.Lease.Refresh), Mode: mode}
 }
 
@@ -167,7 +168,19 @@ func (c *Client) takeSlot(ctx context.Context, rule, key string) (*Slot, error) 
 func (c *Client) startSlots() {
 	c.slots = slots.NewManager(slots.Config{Transport: slotTransport{c}, Clock: c.cfg.clock, Nodes: c.fleetSize,
 		Unreachable: upstream.IsUnreachable, Timeout: c.leaseTimeout, Logger: c.cfg.Logger,
-		Alone: len(c.cfg.Allocators) == 0 && c.gossip == nil})
+		Alone: len(c.cfg.Allocators) == 0 && c.gossip == nil, Taken: c.slotsTaken})
+}
+
+// slotsTaken counts slots taken, as allowed decisions: the loop reports
+// them, so that a take costs the hot path no counter.
+func (c *Client) slotsTaken(rule string, n int64, mode slots.Mode) {
+	m := Mode(mode)
+	if m != ModeLease && m != ModeFallback {
+		m = ModeLease
+	}
+	if rs := c.rules.Load().byName[rule]; rs != nil {
+		rs.counts.allowed[m].Add(float64(n))
+	}
 }
 
 // applySlotRules gives each concurrency rule of the set a table of keys,

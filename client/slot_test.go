@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/allot-dev/allot/client"
 )
 
@@ -26,7 +28,8 @@ rules:
 
 func TestTakeSlot(t *testing.T) {
 	a := memoryAllocator(t, slotRules)
-	c := newClient(t, client.Config{Allocators: []string{a.Addr()}, NodeID: "n1"})
+	reg := prometheus.NewRegistry()
+	c := newClient(t, client.Config{Allocators: []string{a.Addr()}, NodeID: "n1", Registerer: reg})
 	ctx := context.Background()
 	var held []*client.Slot
 	waitUntil(t, 5*time.Second, func() bool {
@@ -49,6 +52,13 @@ func TestTakeSlot(t *testing.T) {
 	}
 	if _, err := c.TakeSlot(ctx, "cc", "k"); !errors.Is(err, client.ErrNoSlot) {
 		t.Fatalf("a second Release gave a slot back twice: %v", err)
+	}
+	// Takes are counted by the loop, refusals as they happen.
+	waitUntil(t, 5*time.Second, func() bool {
+		return counterSum(t, reg, "allot_client_decisions_total", "result", "allowed") >= 4
+	}, "four slots taken, counted")
+	if n := counterSum(t, reg, "allot_client_decisions_total", "result", "denied"); n < 2 {
+		t.Errorf("%v refusals counted, want 2 at least", n)
 	}
 	for _, tc := range []struct {
 		rule, key string

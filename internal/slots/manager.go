@@ -47,6 +47,10 @@ type Config struct {
 	// Alone says the node has no allocator to ask (none configured, no
 	// gossip): every key is on its fallback from the start.
 	Alone bool
+	// Taken counts, from the loop, the slots taken on a rule since it last
+	// looked, by the mode they were taken in (near enough: a key's mode
+	// as it looks). default: none
+	Taken func(rule string, n int64, mode Mode)
 	// Tick is how often the loop looks at every key. default: 10ms
 	Tick   time.Duration
 	Logger *slog.Logger
@@ -188,7 +192,9 @@ func (m *Manager) tick() {
 		r := t.rule.Load()
 		t.keys.each(func(k *Key) {
 			k.st.rule = r
-			k.st.sample(now, k)
+			if n := k.st.sample(now, k); n > 0 && m.cfg.Taken != nil {
+				m.cfg.Taken(r.Name, n, k.Mode())
+			}
 			// What it had in flight at most since the loop last looked,
 			// kept for its next request.
 			peak := k.peak.Swap(k.InFlight())

@@ -28,6 +28,7 @@ type state struct {
 	busy         bool          // a take, or one refused, since the loop last looked
 	peak         int64         // most in flight since the last request
 	lastReleased uint64        // the word's releases at the loop's last look
+	lastIn       int64         // and its slots in flight
 	sampled      time.Duration // when it last looked
 	meanIn       float64       // in flight, averaged
 	meanRate     float64       // releases per second, averaged
@@ -85,20 +86,25 @@ func fallbackCap(r *rules.Rule, nodes int) int64 {
 const holdEWMA = time.Second
 
 // sample folds the key's in flight and releases since the last look into
-// its averages, and publishes the mean hold time (Little's law).
-func (s *state) sample(now time.Duration, k *Key) {
-	rel := releases(k.word.Load())
+// its averages, publishes the mean hold time (Little's law), and returns
+// the slots taken since the last look.
+func (s *state) sample(now time.Duration, k *Key) (taken int64) {
+	w := k.word.Load()
+	rel, in := releases(w), int64(w&inFlightMask)
+	released := int64((rel - s.lastReleased) & releaseMask)
+	taken = in - s.lastIn + released
+	s.lastIn, s.lastReleased = in, rel
 	dt := now - s.sampled
 	if s.sampled == 0 || dt <= 0 {
-		s.sampled, s.lastReleased = now, rel
-		return
+		s.sampled = now
+		return taken
 	}
 	a := min(float64(dt)/float64(holdEWMA), 1)
-	rate := float64((rel-s.lastReleased)&releaseMask) / dt.Seconds()
-	s.meanIn += a * (float64(k.InFlight()) - s.meanIn)
-	s.meanRate += a * (rate - s.meanRate)
-	s.sampled, s.lastReleased = now, rel
+	s.meanIn += a * (float64(in) - s.meanIn)
+	s.meanRate += a * (float64(released)/dt.Seconds() - s.meanRate)
+	s.sampled = now
 	if s.meanRate > 0 && s.meanIn > 0 {
 		k.hold.Store(int64(s.meanIn / s.meanRate * float64(time.Second)))
 	}
+	return taken
 }
