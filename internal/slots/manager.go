@@ -62,6 +62,7 @@ type Manager struct {
 	cfg    Config
 	mu     sync.Mutex
 	tables map[string]*Table
+	gone   []*Table    // forgotten rules' tables with slots still in flight
 	down   atomic.Bool // the last call found no allocator
 	kick   chan struct{}
 	stop   chan struct{}
@@ -112,15 +113,10 @@ func (m *Manager) Forget(name string) {
 	m.mu.Lock()
 	t := m.tables[name]
 	delete(m.tables, name)
-	var rets []Request
 	if t != nil {
-		now := m.cfg.Clock.Mono()
-		t.keys.each(func(k *Key) {
-			if ret, ok := m.drop(t, k, now, true); ok {
-				rets = append(rets, ret)
-			}
-		})
+		m.gone = append(m.gone, t)
 	}
+	rets := m.dropGone(m.cfg.Clock.Mono())
 	m.mu.Unlock()
 	m.release(rets)
 }
@@ -214,12 +210,45 @@ func (m *Manager) tick() {
 			k.touched.Store(false)
 		})
 	}
+	rets = append(rets, m.dropGone(now)...)
 	m.mu.Unlock()
-	m.release(rets)
-	if len(reqs) > 0 {
-		m.sends.Add(1)
-		go m.send(reqs, keys, now)
+	for len(rets) > 0 {
+		n := min(len(rets), maxBatch)
+		m.release(rets[:n])
+		rets = rets[n:]
 	}
+	for len(reqs) > 0 { // the allocator takes maxBatch keys a call at most
+		n := min(len(reqs), maxBatch)
+		m.sends.Add(1)
+		go m.send(reqs[:n], keys[:n], now)
+		reqs, keys = reqs[n:], keys[n:]
+	}
+}
+
+// maxBatch is the most keys one call carries: below the allocator's
+// input limit (server.Limits.MaxBatch, 1000).
+const maxBatch = 500
+
+// dropGone drops, under m.mu, the keys of forgotten rules whose slots were
+// in flight when their rule went, as their last slots come back.
+func (m *Manager) dropGone(now time.Duration) []Request {
+	var rets []Request
+	kept := m.gone[:0]
+	for _, t := range m.gone {
+		left := false
+		t.keys.each(func(k *Key) {
+			if ret, ok := m.drop(t, k, now, true); ok {
+				rets = append(rets, ret)
+			} else if !k.Dead() {
+				left = true
+			}
+		})
+		if left {
+			kept = append(kept, t)
+		}
+	}
+	m.gone = kept
+	return rets
 }
 
 // settle sets the cap of a key whose lease does not hold: its fallback

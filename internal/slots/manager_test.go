@@ -162,3 +162,28 @@ func TestDrainToShare(t *testing.T) {
 		t.Fatalf("b after a drained: cap %d, want the slot a gave up", kb.Cap())
 	}
 }
+
+// A rule that goes while a slot is in flight keeps the key until the slot
+// comes back; then its slots go back to the store.
+func TestForgottenRuleGivesBackOnceIdle(t *testing.T) {
+	clk, s, r := newRig(t)
+	m, _ := newNode(t, clk, s, r, "a")
+	k := m.Table(r).Key("k")
+	<-k.First()
+	if !k.Take() {
+		t.Fatal("no slot")
+	}
+	m.Forget(r.Name)
+	if k.Dead() || k.Take() {
+		t.Fatalf("the key of a forgotten rule: dead %t, or it took a slot", k.Dead())
+	}
+	k.Give()
+	step(m)
+	if !k.Dead() {
+		t.Fatal("the key is kept once its slot came back")
+	}
+	ls, err := s.Acquire(context.Background(), []store.AcquireRequest{{Rule: r, Key: "k", Node: "b", Want: 4}})
+	if err != nil || ls[0].Granted != 4 || ls[0].Holders != 1 {
+		t.Fatalf("b after a gave its slots back: %v %v", ls, err)
+	}
+}
