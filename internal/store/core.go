@@ -19,9 +19,10 @@ import (
 
 // state is one (rule, key). What a field holds depends on the algorithm.
 type state struct {
-	tokens  float64    // token bucket: tokens held; windows: count of the current window
-	prev    float64    // sliding window: count of the previous window; token bucket: see belowSince
-	stamp   int64      // token bucket: µs of the last refill; windows: the window index
+	tokens  float64    // token bucket: tokens held
+	prev    float64    // token bucket: see belowSince
+	stamp   int64      // token bucket: µs of the last refill
+	window  window     // a fixed or sliding window's (core_window.go)
 	log     slidingLog // a sliding log's (core_log.go)
 	holders map[string]holder
 	slots   *slotState // a concurrency rule's (core_concurrency.go); nil for the others
@@ -188,7 +189,7 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 	default:
 		p := periodUS(r)
 		l.Epoch = applied / p
-		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
+		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.window.count, 0)))
 		// Tokens of a window die with it, counted from the apply.
 		l.TTL = us(max(min(ttl, (l.Epoch+1)*p-applied), 0))
 	}
@@ -217,7 +218,7 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 		_, start, end, at := st.roll(r, now)
 		st.debitWindow(r, consumed, req.ConsumedAge, at, start)
 		st.settleWindow(r, req.Settled)
-		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.tokens, 0)))
+		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.window.count, 0)))
 		st.expires = start + 2*periodUS(r) + ttl
 		if r.Algorithm == rules.FixedWindow {
 			st.expires = end + ttl

@@ -34,8 +34,8 @@ func (st *state) settleWindow(r *rules.Rule, settled int64) float64 {
 	if settled <= 0 {
 		return 0
 	}
-	take := math.Min(float64(settled), math.Max(float64(r.Limit+r.Debt())-st.tokens, 0))
-	st.tokens += take
+	take := math.Min(float64(settled), math.Max(float64(r.Limit+r.Debt())-st.window.count, 0))
+	st.window.count += take
 	return take
 }
 

@@ -10,6 +10,15 @@ import (
 // The fixed and sliding windows' part of the reference semantics (see
 // core.go).
 
+// window is a fixed or sliding window's state: the window it counts in,
+// and what it counted there and, for a sliding window, in the one before.
+type window struct {
+	index int64   // floor(start/period), or a calendar window's start in µs
+	count float64 // tokens counted in the window
+	prev  float64 // a sliding window's: tokens counted in the window before
+	end   int64   // a calendar window's: µs it ends
+}
+
 // roll moves a window state to the window holding now and returns that
 // window's index, its start and end, and the instant to decide at. A
 // window never moves backwards: when the store's clock has stepped back
@@ -19,28 +28,28 @@ import (
 // its previous one in full, until the clock is past it again.
 //
 // A calendar window (rules.Calendar) is indexed by its start in µs, not by
-// floor(now/period), and its state keeps the window's end in prev (which a
-// fixed window does not use otherwise): the window's length is the
-// calendar's, and a clock that stepped back finds it in the state. Calendar
-// rules are strict, so they have no holders: what the lease paths compute
-// from a holder's epoch and the period never meets them.
+// floor(now/period), and keeps its end: the window's length is the
+// calendar's, and a clock that stepped back finds it in the state.
+// Calendar rules are strict, so they have no holders: what the lease paths
+// compute from a holder's epoch and the period never meets them.
 func (st *state) roll(r *rules.Rule, now int64) (epoch, start, end, at int64) {
+	w := &st.window
 	if r.IsCalendar() {
 		start, end := r.Calendar.Window(now)
-		if start > st.stamp {
-			st.tokens, st.stamp, st.prev = 0, start, float64(end)
+		if start > w.index {
+			w.count, w.index, w.end = 0, start, end
 		}
-		return st.stamp, st.stamp, int64(st.prev), max(now, st.stamp)
+		return w.index, w.index, w.end, max(now, w.index)
 	}
 	p := periodUS(r)
-	epoch = max(now/p, st.stamp)
-	if st.stamp != epoch {
-		if r.Algorithm == rules.SlidingWindow && st.stamp == epoch-1 {
-			st.prev = st.tokens
+	epoch = max(now/p, w.index)
+	if w.index != epoch {
+		if r.Algorithm == rules.SlidingWindow && w.index == epoch-1 {
+			w.prev = w.count
 		} else {
-			st.prev = 0
+			w.prev = 0
 		}
-		st.tokens, st.stamp = 0, epoch
+		w.count, w.index = 0, epoch
 	}
 	start = epoch * p
 	return epoch, start, start + p, max(now, start)
@@ -51,7 +60,7 @@ func (st *state) roll(r *rules.Rule, now int64) (epoch, start, end, at int64) {
 func (st *state) estimate(r *rules.Rule, now, start int64) float64 {
 	p := float64(periodUS(r))
 	weight := (p - float64(now-start)) / p
-	return st.prev*weight + st.tokens
+	return st.window.prev*weight + st.window.count
 }
 
 func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
@@ -70,7 +79,7 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	added := st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
 	st.settleWindow(r, req.Settled)
 	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, epoch, req.FallbackNodes)
-	used := st.tokens
+	used := st.window.count
 	if r.Algorithm == rules.SlidingWindow {
 		used = st.estimate(r, at, start)
 	}
@@ -80,7 +89,7 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	reserve := st.windowReserve(r, now, start)
 	used += reserve
 	g := fairGrant(int64(math.Floor(math.Max(limit-used, 0))), req.Want, others)
-	st.tokens += float64(g)
+	st.window.count += float64(g)
 	st.lent(req.Node, g)
 	// Back from its fallback, it keeps the rest of its l/n in this window
 	// until its next request: it admits on it until this answer arrives,
@@ -118,9 +127,9 @@ func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration, a
 	if at-age.Microseconds() < start {
 		return 0
 	}
-	before := st.tokens
-	st.tokens = math.Min(st.tokens+float64(consumed), 2*float64(r.Limit))
-	return st.tokens - before
+	before := st.window.count
+	st.window.count = math.Min(st.window.count+float64(consumed), 2*float64(r.Limit))
+	return st.window.count - before
 }
 
 // slidingRetry is how long until a sliding window admits cost more tokens,
@@ -128,14 +137,14 @@ func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration, a
 // lasts for every window of their absence).
 func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64, reserve float64) int64 {
 	limit, p := float64(r.Limit), float64(periodUS(r))
-	count := st.tokens + reserve
+	count := st.window.count + reserve
 	room := limit - float64(cost) - count
 	if room >= 0 {
-		if st.prev <= room {
+		if st.window.prev <= room {
 			return 0
 		}
 		// The previous window's weight must fall to room/prev.
-		at := float64(start) + p*(1-room/st.prev)
+		at := float64(start) + p*(1-room/st.window.prev)
 		return max(0, ceilUS(at-float64(now)))
 	}
 	// Wait for this window to become the previous one and fade enough.
@@ -148,10 +157,10 @@ func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64, reserve flo
 func (st *state) credit(r *rules.Rule, epoch, n, from int64) {
 	switch from {
 	case epoch:
-		st.tokens = math.Max(st.tokens-float64(n), 0)
+		st.window.count = math.Max(st.window.count-float64(n), 0)
 	case epoch - 1:
 		if r.Algorithm == rules.SlidingWindow {
-			st.prev = math.Max(st.prev-float64(n), 0)
+			st.window.prev = math.Max(st.window.prev-float64(n), 0)
 		}
 	}
 }
@@ -159,7 +168,7 @@ func (st *state) credit(r *rules.Rule, epoch, n, from int64) {
 func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	limit, p := float64(r.Limit), periodUS(r)
 	_, start, end, at := st.roll(r, now)
-	used := st.tokens
+	used := st.window.count
 	if r.Algorithm == rules.SlidingWindow {
 		used = st.estimate(r, at, start)
 	}
@@ -168,7 +177,7 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	used += reserve
 	d := Decision{Limit: r.Limit}
 	if used+float64(cost) <= limit {
-		st.tokens += float64(cost)
+		st.window.count += float64(cost)
 		used += float64(cost)
 		d.Allowed = true
 	}
@@ -185,9 +194,9 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 		d.RetryAfter = us(st.slidingRetry(r, at, start, cost, reserve))
 	}
 	switch {
-	case st.tokens > 0:
+	case st.window.count > 0:
 		d.ResetAfter = us(start + 2*p - at)
-	case st.prev > 0:
+	case st.window.prev > 0:
 		d.ResetAfter = us(end - at)
 	}
 	st.expires = max(start+2*p+r.Lease.TTL.Microseconds(), st.keptUntil(r))
