@@ -17,16 +17,17 @@ import (
 // Lua; the scripts in lua/ perform the same operations in the same order so
 // that both stores reach the same numbers.
 
-// state is one (rule, key). What a field holds depends on the algorithm.
+// state is one (rule, key): its algorithm's own part, and what every
+// algorithm but concurrency keeps of its holders. A state serves one
+// algorithm all its life (a rule whose algorithm changes on reload starts
+// afresh), so the parts of the others stay zero.
 type state struct {
-	tokens  float64    // token bucket: tokens held
-	prev    float64    // token bucket: see belowSince
-	stamp   int64      // token bucket: µs of the last refill
-	window  window     // a fixed or sliding window's (core_window.go)
-	log     slidingLog // a sliding log's (core_log.go)
-	holders map[string]holder
-	slots   *slotState // a concurrency rule's (core_concurrency.go); nil for the others
-	expires int64      // µs after which the state may be forgotten
+	bucket  bucket            // a token bucket's (core_bucket.go)
+	window  window            // a fixed or sliding window's (core_window.go)
+	log     slidingLog        // a sliding log's (core_log.go)
+	slots   *slotState        // a concurrency rule's (core_concurrency.go); nil for the others
+	holders map[string]holder // who holds a lease on the key, and their last answers (replay)
+	expires int64             // µs after which the state may be forgotten
 }
 
 type holder struct {
@@ -62,7 +63,7 @@ type holder struct {
 
 // newState is what a missing key means: a full bucket, an empty window.
 // A bucket's state expires only once it is full, so a missing bucket is
-// full; it counts as full for two lease TTLs (its stamp is that far back),
+// full; it counts as full for two lease TTLs (refilled that far back),
 // which for a key never seen is short of the truth, and for one forgotten a
 // moment ago is not: its last tokens came in while nobody asked for them
 // (see fullness).
@@ -72,7 +73,7 @@ func newState(r *rules.Rule, now int64) *state {
 		st.slots = &slotState{holders: map[string]slotHolder{}}
 	}
 	if r.Algorithm == rules.TokenBucket {
-		st.tokens, st.stamp = float64(r.Burst), now-2*r.Lease.TTL.Microseconds()
+		st.bucket.tokens, st.bucket.refilled = float64(r.Burst), now-2*r.Lease.TTL.Microseconds()
 	}
 	return st
 }
@@ -185,7 +186,7 @@ func (st *state) replay(r *rules.Rule, now, ttl int64, req *AcquireRequest) (Lea
 	applied := h.until - ttl
 	switch r.Algorithm {
 	case rules.TokenBucket:
-		l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+		l.Remaining = int64(math.Floor(math.Max(st.bucket.tokens, 0)))
 	default:
 		p := periodUS(r)
 		l.Epoch = applied / p
@@ -209,7 +210,7 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 		st.refill(r, now)
 		st.debitBucket(float64(consumed))
 		st.settleBucket(r, req.Settled)
-		l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+		l.Remaining = int64(math.Floor(math.Max(st.bucket.tokens, 0)))
 		st.expires = st.bucketExpiry(r, now, ttl)
 	case rules.SlidingLog:
 		st.reportLog(r, now, req)
@@ -243,7 +244,7 @@ func (st *state) release(r *rules.Rule, now int64, ret *Return) {
 		// and what it held the bucket had lent.
 		st.refill(r, now)
 		delete(st.holders, ret.Node)
-		st.tokens = math.Min(st.ceiling(r, now, "", 0), st.tokens+float64(credited))
+		st.bucket.tokens = math.Min(st.ceiling(r, now, "", 0), st.bucket.tokens+float64(credited))
 	case rules.FixedWindow, rules.SlidingWindow:
 		credited, _ := st.giveBack(ret.Node, now, ttl, ret.Epoch, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
 		delete(st.holders, ret.Node)

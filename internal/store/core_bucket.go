@@ -11,6 +11,26 @@ import (
 // The token bucket's part of the reference semantics (see core.go): the
 // refill, what a lease says of the bucket's fullness, and its debits.
 
+// bucket is a token bucket's state.
+type bucket struct {
+	tokens   float64 // tokens held: below 0, a debt (core_debt.go)
+	refilled int64   // µs of the last refill
+	// belowFor, when positive, is 1 + how many µs the bucket has been
+	// below capacity, at most, since it was last full for a whole lease
+	// TTL (or was missing); 0 when nothing is known. refill adds to it,
+	// fullness starts it afresh and drops it once it reaches a TTL. (It is
+	// p in the scripts' layout, which versions before it wrote as 0.) Two
+	// cases make it say less than the truth, so that a lease claims the
+	// bucket full for longer than it was: while allocators of an older
+	// version share the Redis (a rolling upgrade), their scripts carry p
+	// through their refills without adding to it; and a reload that
+	// lengthens the rule's TTL reads a count made against the shorter one.
+	// Both last a TTL at most, and at worst a node keeps what it kept
+	// before this account (its share's rate over the flight). Kept as an
+	// instant instead, p would take 9 bytes where it mostly takes 1.
+	belowFor int64
+}
+
 // refill adds what the central bucket earned since the last refill: the
 // rule's rate, less the shares of it lent to holders, each until its lease
 // ended, and less the reservations of the absent holders and of those back
@@ -40,14 +60,14 @@ func (st *state) refill(r *rules.Rule, now int64) int64 { return st.refillAround
 // through a quiet second, then spent 4,266 of it in 0.2 s, lent them again
 // at once: 10,550 in 0.7 s where b + 1.1·r + 2·n is 10,502.)
 func (st *state) refillAround(r *rules.Rule, now int64, node string, own float64, heldFor int64) int64 {
-	if now <= st.stamp {
+	if now <= st.bucket.refilled {
 		return 0
 	}
-	sum := st.tokens + math.Max(st.earned(r, st.stamp, now), 0)
-	st.tokens = math.Min(st.ceiling(r, now, node, own), sum)
+	sum := st.bucket.tokens + math.Max(st.earned(r, st.bucket.refilled, now), 0)
+	st.bucket.tokens = math.Min(st.ceiling(r, now, node, own), sum)
 	if h, ok := st.holders[node]; ok && node != "" && heldFor >= 0 && h.present(now) && h.held > own {
-		from := max(now-heldFor, st.stamp)
-		st.tokens = math.Min(st.tokens, st.ceiling(r, now, node, h.held)+math.Max(st.earned(r, from, now), 0))
+		from := max(now-heldFor, st.bucket.refilled)
+		st.bucket.tokens = math.Min(st.bucket.tokens, st.ceiling(r, now, node, h.held)+math.Max(st.earned(r, from, now), 0))
 	}
 	// Full is the bucket alone at its burst: under a ceiling its holders'
 	// tokens make, what it could not hold may have been spent already (the
@@ -55,15 +75,15 @@ func (st *state) refillAround(r *rules.Rule, now int64, node string, own float64
 	// is not paid for by refill lost.
 	full := int64(0)
 	if over := sum - float64(r.Burst); over > 0 {
-		full = now - st.stamp
+		full = now - st.bucket.refilled
 		if free := ratePerUS(r) - st.withheldRate(r, now)/1e6; free > 0 {
 			full = int64(math.Min(math.Floor(over/free), float64(full)))
 		}
 	}
-	if st.prev > 0 {
-		st.prev += float64(now - st.stamp - full)
+	if st.bucket.belowFor > 0 {
+		st.bucket.belowFor += now - st.bucket.refilled - full
 	}
-	st.stamp = now
+	st.bucket.refilled = now
 	return full
 }
 
@@ -107,20 +127,6 @@ func (st *state) ceiling(r *rules.Rule, now int64, node string, own float64) flo
 	return math.Max(float64(r.Burst)-sortedSum(held), 0)
 }
 
-// A token bucket's prev is its belowSince: when positive, prev-1 is how
-// many µs the bucket has been below capacity, at most, since it was last
-// full for a whole lease TTL (or was missing). refill adds to it, fullness
-// starts it afresh and drops it once it reaches a TTL. (It is p in the
-// scripts' layout, which versions before it wrote as 0: nothing known.)
-// Two cases make it say less than the truth, so that a lease claims the
-// bucket full for longer than it was: while allocators of an older
-// version share the Redis (a rolling upgrade), their scripts carry p
-// through their refills without adding to it; and a reload that lengthens
-// the rule's TTL reads a count made against the shorter one. Both last a
-// TTL at most, and at worst a node keeps what it kept before this account
-// (its share's rate over the flight). Kept as an instant instead, p would
-// take 9 bytes where it mostly takes 1.
-
 // fullness tells a holder's request how much of the rule's rate the bucket
 // could not hold before the request arrived: it had been full for fullFor
 // µs then (full, from refill), and for fullInTTL µs at least, in all, of
@@ -128,17 +134,18 @@ func (st *state) ceiling(r *rules.Rule, now int64, node string, own float64) flo
 // was refill the bucket lost, so the node may keep it; the rest of what the
 // share admitted while the request was on its way the bucket earned too
 // and lent to others, and the node owes it (lease.Manager.oweInFlight).
-// Both are 0 when nothing is known. It also keeps belowSince.
+// Both are 0 when nothing is known. It also keeps belowFor.
 func (st *state) fullness(full, ttl int64) (fullFor, fullInTTL int64) {
+	b := &st.bucket
 	switch {
 	case full >= ttl:
-		st.prev = 1
-	case st.prev > 0 && int64(st.prev)-1 >= ttl:
-		st.prev = 0
+		b.belowFor = 1
+	case b.belowFor > 0 && b.belowFor-1 >= ttl:
+		b.belowFor = 0
 	}
 	fullInTTL = full
-	if st.prev > 0 {
-		fullInTTL = max(fullInTTL, ttl-(int64(st.prev)-1))
+	if b.belowFor > 0 {
+		fullInTTL = max(fullInTTL, ttl-(b.belowFor-1))
 	}
 	return min(full, ttl), min(fullInTTL, ttl)
 }
@@ -181,7 +188,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	// counts that, not what it held at its last request.
 	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned, reportOf(req.Held, req.HeldKnown))
 	fullFor, fullInTTL := st.fullness(st.refillAround(r, now, req.Node, held, req.heldFor()), ttl)
-	st.tokens = math.Min(st.ceiling(r, now, req.Node, held), st.tokens+float64(credited))
+	st.bucket.tokens = math.Min(st.ceiling(r, now, req.Node, held), st.bucket.tokens+float64(credited))
 	// A holder back from an absence had its fallback reserved: what it
 	// admitted there up to the reservation the bucket never earned. So did
 	// one back since, at its next request, for what it admitted while its
@@ -190,25 +197,25 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	prev, had := st.holders[req.Node]
 	debit := math.Max(float64(st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge))-cover, 0)
 	if mutate.On(mutate.ForgiveLate) { // what refilling since would have repaid is forgiven
-		floor := math.Min(st.tokens, -math.Max(capacity-float64(req.ConsumedAge.Microseconds())*ratePerUS(r), 0))
-		debit = math.Min(debit, math.Max(st.tokens-floor, 0))
+		floor := math.Min(st.bucket.tokens, -math.Max(capacity-float64(req.ConsumedAge.Microseconds())*ratePerUS(r), 0))
+		debit = math.Min(debit, math.Max(st.bucket.tokens-floor, 0))
 	}
 	st.debitBucket(debit)
 	st.settleBucket(r, req.Settled)
 	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, 0, req.FallbackNodes)
-	g := fairGrant(int64(math.Floor(math.Max(st.tokens, 0))), req.Want, others)
-	st.tokens -= float64(g)
+	g := fairGrant(int64(math.Floor(math.Max(st.bucket.tokens, 0))), req.Want, others)
+	st.bucket.tokens -= float64(g)
 	st.lent(req.Node, g)
 	l := Lease{Granted: g, TTL: us(ttl), Holders: holders, FallbackNodes: told, Rate: st.lendRate(r, req.Node, now),
 		FullFor: us(fullFor), FullInTTL: us(fullInTTL)}
 	// Back from its fallback, it keeps its reservation until its next
 	// request: it admits on it until this answer arrives.
 	st.markBack(r, req, prev, had, now, 0, 0)
-	l.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
+	l.Remaining = int64(math.Floor(math.Max(st.bucket.tokens, 0)))
 	if g < req.Want {
 		need := math.Min(float64(req.Want-g), capacity)
-		if st.tokens < need {
-			l.RetryAfter = us(st.refillWait(r, now, ttl, need-st.tokens))
+		if st.bucket.tokens < need {
+			l.RetryAfter = us(st.refillWait(r, now, ttl, need-st.bucket.tokens))
 		}
 	}
 	st.expires = st.bucketExpiry(r, now, ttl)
@@ -230,27 +237,27 @@ func (req *AcquireRequest) heldFor() int64 {
 // and every reservation when its holder's absence does; from then on the
 // bucket refills at the full rate. Its holders are kept as long.
 func (st *state) bucketExpiry(r *rules.Rule, now, ttl int64) int64 {
-	return max(now, st.keptUntil(r)) + ceilUS((float64(r.Burst)-st.tokens)/ratePerUS(r)) + ttl
+	return max(now, st.keptUntil(r)) + ceilUS((float64(r.Burst)-st.bucket.tokens)/ratePerUS(r)) + ttl
 }
 
 // debitBucket takes tokens admitted outside the allocator out of a refilled
 // bucket, in full: a debt is repaid by refill, never forgiven, however long
 // ago the tokens were admitted. What a report may debit is bounded before
 // (capConsumed), which is what bounds the debt.
-func (st *state) debitBucket(debit float64) { st.tokens -= debit }
+func (st *state) debitBucket(debit float64) { st.bucket.tokens -= debit }
 
 func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
 	capacity := float64(r.Burst)
 	st.refill(r, now)
 	d := Decision{Limit: r.Limit}
-	if st.tokens >= float64(cost) {
-		st.tokens -= float64(cost)
+	if st.bucket.tokens >= float64(cost) {
+		st.bucket.tokens -= float64(cost)
 		d.Allowed = true
 	} else {
-		d.RetryAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), float64(cost)-st.tokens))
+		d.RetryAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), float64(cost)-st.bucket.tokens))
 	}
-	d.Remaining = int64(math.Floor(math.Max(st.tokens, 0)))
-	d.ResetAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), capacity-st.tokens))
+	d.Remaining = int64(math.Floor(math.Max(st.bucket.tokens, 0)))
+	d.ResetAfter = us(st.refillWait(r, now, r.Lease.TTL.Microseconds(), capacity-st.bucket.tokens))
 	st.expires = st.bucketExpiry(r, now, r.Lease.TTL.Microseconds())
 	return d
 }

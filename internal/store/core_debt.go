@@ -22,8 +22,8 @@ func (st *state) settleBucket(r *rules.Rule, settled int64) float64 {
 	if settled <= 0 {
 		return 0
 	}
-	take := math.Min(float64(settled), math.Max(st.tokens+float64(r.Debt()), 0))
-	st.tokens -= take
+	take := math.Min(float64(settled), math.Max(st.bucket.tokens+float64(r.Debt()), 0))
+	st.bucket.tokens -= take
 	return take
 }
 

@@ -178,7 +178,7 @@ func (st *state) lendRate(r *rules.Rule, node string, now int64) float64 {
 	}
 	rate := ratePerSecond(r)
 	avail := rate - st.reservedRates(r, now)
-	if st.tokens < 0 {
+	if st.bucket.tokens < 0 {
 		avail = 0
 	}
 	var wants, held []float64

@@ -30,7 +30,7 @@
 -- helpers that only leases use are made (lease.lua).
 -- A state of a token bucket or a window is one Redis string of MessagePack
 -- values, one after the other: t (tokens, or the current window's count), p
--- (the previous window's count, or a bucket's belowSince, see core_bucket.go:
+-- (the previous window's count, or a bucket's belowFor, see core_bucket.go:
 -- 0 in the states of versions before it), s (the refill stamp, µs, or the
 -- window index) and x - s (x is the expiry, µs: a token bucket's follows s,
 -- and the difference takes 5 bytes where x takes 9); then ten per holder:

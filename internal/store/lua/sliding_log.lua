@@ -34,7 +34,8 @@ local function entry(rank)
   return parse(m)
 end
 
--- log_count is core_log.go's logCount, of the oldest and newest entries.
+-- log_count is core_log.go's slidingLog.count, of the oldest and newest
+-- entries.
 local function log_count(first, newest)
   if first == nil then
     return 0
@@ -59,8 +60,8 @@ local function renumber()
   call_chunked('ZADD', args)
 end
 
--- append_log is core_log.go's appendLog: n tokens at, or at the newest entry's
--- stamp if that is later. It returns the new newest entry.
+-- append_log is core_log.go's slidingLog.add: n tokens at, or at the newest
+-- entry's stamp if that is later. It returns the new newest entry.
 local function append_log(newest, at, n)
   if newest ~= nil and newest.last + n > renumber_above then
     renumber()
@@ -75,9 +76,10 @@ local function append_log(newest, at, n)
   return e
 end
 
--- drop_log is core_log.go's dropLog: the entries stamped at or before cutoff
--- are a prefix of the ranks, found by galloping from the oldest, then
--- bisecting: O(log m) reads for m entries dropped, one ZREMRANGEBYRANK.
+-- drop_log is core_log.go's slidingLog.drop: the entries stamped at or
+-- before cutoff are a prefix of the ranks, found by galloping from the
+-- oldest, then bisecting: O(log m) reads for m entries dropped, one
+-- ZREMRANGEBYRANK.
 local function drop_log(cutoff)
   local first = entry(0)
   if first == nil or first.at > cutoff then
@@ -106,8 +108,9 @@ local function drop_log(cutoff)
   redis.call('ZREMRANGEBYRANK', key, 0, fmt(lo))
 end
 
--- stamp_of is core_log.go's stampOf: the stamp of the k-th oldest token, the
--- first entry whose last token is numbered at least the oldest's plus k-1.
+-- stamp_of is core_log.go's slidingLog.stampOf: the stamp of the k-th
+-- oldest token, the first entry whose last token is numbered at least the
+-- oldest's plus k-1.
 local function stamp_of(first, k)
   local want = first.last - first.n + k
   local m = redis.call('ZRANGEBYSCORE', key, fmt(want), '+inf', 'LIMIT', 0, 1)[1]

@@ -1,7 +1,7 @@
 -- token_bucket.lua: checkBucket of core_bucket.go and what token buckets'
 -- checks and leases share (token_bucket_lease.lua holds the rest). State (see
 -- common.lua): t (tokens, may be negative: bounded debt), s (µs of the last
--- refill), x (expiry), the holders, and p, core_bucket.go's belowSince (0:
+-- refill), x (expiry), the holders, and p, core_bucket.go's belowFor (0:
 -- none). Every operation reads the holders: a refill needs their shares.
 
 -- The item's capacity, rate per µs and per second (see setup).
