@@ -108,7 +108,7 @@ func scenarios() []*scenario {
 			check: checkCutNode,
 			excess: func(e *env, m *measure) (float64, string) {
 				return m.open.Rate() / nodes * m.faultEnd.Sub(m.faultStart).Seconds(),
-					"rate/N·cut, the cut node's fallback share on top of the rate the others lease"
+					"rate/N·cut, the cut node's fallback allowance on top of the rate the others lease"
 			},
 		},
 		churn(),
@@ -273,7 +273,7 @@ func checkWindows(t *testing.T, e *env, m *measure) string {
 }
 
 // checkCutNode: the node cut off lives on what it held, then on its
-// fallback share (guarantee 4): its lease's tokens and its share of the
+// fallback allowance (guarantee 4): its lease's tokens and its share of the
 // rate until the lease ends (burst/N and rate/N·ttl when shares are even),
 // then burst/N and rate/N a second.
 func checkCutNode(t *testing.T, e *env, m *measure) string {
