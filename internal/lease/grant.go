@@ -73,7 +73,7 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 	}
 	k.syncSpendBy()
 	k.owe(inFlight, since)
-	k.settleOwed()
+	k.settleOwed(now)
 	switch {
 	case g.Rate > 0 && f.sent.Add(g.TTL).After(now):
 		k.phase = phaseSharing

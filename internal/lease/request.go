@@ -71,6 +71,15 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 	return f
 }
 
+// heldLess notes that the Core took tokens out of the key at now (not a
+// spending, which the hot path marks): it held more until then, which its
+// next request's held_for says.
+func (k *KeyLease) heldLess(now mono) {
+	if now.After(k.req.spentAt) {
+		k.req.spentAt = now
+	}
+}
+
 // mayFallBack reports whether a request leaving now leaves on the
 // fallback: the allocator is taken for down, or the key has an allowance,
 // so it may admit on its fallback until the answer arrives, and the store

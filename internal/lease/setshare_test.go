@@ -104,6 +104,7 @@ func TestShrinkingShareOwesOnlyWhatItPooledInFlight(t *testing.T) {
 func TestEndingShareGivesBackItsPoolPastTheBurst(t *testing.T) {
 	g := newRig(t, nil)
 	k := func() *KeyLease { return g.key("narrow", "k") }
+	var answered time.Duration
 	g.run([]step{
 		{name: "t0: k's first request", at: 0, do: func(g *rig) { g.decide("narrow", "k", 1) }},
 		{name: "t1: answered: the burst and the whole rate", at: time.Millisecond,
@@ -126,7 +127,7 @@ func TestEndingShareGivesBackItsPoolPastTheBurst(t *testing.T) {
 				}
 				return nil
 			}},
-		{name: "t3: its renewal, quiet, gives the share back; the answer ends it", at: 300 * time.Millisecond,
+		{name: "t3: its renewal, quiet, gives the share back; the answer ends it, and the key held more until then", at: 300 * time.Millisecond,
 			do: func(g *rig) {
 				for at := 160 * time.Millisecond; at <= 300*time.Millisecond && len(g.out) == 0; at += 10 * time.Millisecond {
 					g.to(at)
@@ -150,6 +151,10 @@ func TestEndingShareGivesBackItsPoolPastTheBurst(t *testing.T) {
 			want: func(g *rig) error {
 				if k().Tokens() != 50 {
 					return fmt.Errorf("%d tokens, want the burst of 50 kept", k().Tokens())
+				}
+				answered = g.now()
+				if k().req.spentAt != monoAt(answered) {
+					return fmt.Errorf("the key notes it held less from %v, want from the answer at %v", k().req.spentAt.sinceOrigin()-g.start, answered-g.start)
 				}
 				return nil
 			}},

@@ -132,6 +132,7 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 			moved := k.remove(past)
 			s.overflow += moved
 			s.fullAt = max(s.fullAt-moved, 0)
+			k.heldLess(now)
 		}
 	}
 	s.rate, s.from, s.end = g.Rate, now, f.sent.Add(g.TTL)
@@ -140,10 +141,14 @@ func (k *KeyLease) setShare(f *flight, g Grant, now mono) {
 	}
 }
 
-// settleOwed pays what the key owes its share out of the tokens it holds.
-func (k *KeyLease) settleOwed() {
+// settleOwed pays what the key owes its share out of the tokens it holds,
+// at now.
+func (k *KeyLease) settleOwed(now mono) {
 	if s := k.share; s != nil && s.accrued < 0 {
-		s.accrued += float64(k.remove(int64(math.Ceil(-s.accrued))))
+		if paid := k.remove(int64(math.Ceil(-s.accrued))); paid > 0 {
+			s.accrued += float64(paid)
+			k.heldLess(now)
+		}
 	}
 }
 
