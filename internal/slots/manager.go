@@ -52,8 +52,11 @@ type Config struct {
 	// as it looks). default: none
 	Taken func(rule string, n int64, mode Mode)
 	// Tick is how often the loop looks at every key. default: 10ms
-	Tick   time.Duration
-	Logger *slog.Logger
+	Tick time.Duration
+	// Stepped starts no loop and makes no call: the caller drives the
+	// Manager with Turn and Answer (answer.go).
+	Stepped bool
+	Logger  *slog.Logger
 }
 
 // Manager runs the loop that leases, renews, gives back and expires the
@@ -68,6 +71,7 @@ type Manager struct {
 	stop   chan struct{}
 	done   sync.WaitGroup
 	sends  sync.WaitGroup
+	queued [][]Request // Stepped: releases for the caller to make
 }
 
 var errShortAnswer = errors.New("slots: the allocator answered fewer leases than asked")
@@ -89,8 +93,10 @@ func NewManager(cfg Config) *Manager {
 	}
 	m := &Manager{cfg: cfg, tables: map[string]*Table{}, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	m.down.Store(cfg.Alone)
-	m.done.Add(1)
-	go m.loop()
+	if !cfg.Stepped {
+		m.done.Add(1)
+		go m.loop()
+	}
 	return m
 }
 
@@ -175,14 +181,29 @@ func (m *Manager) loop() {
 	}
 }
 
-// tick looks at every key once: its averages, its cap, whether it went
-// idle, and whether it asks the allocator; one call carries every ask.
+// tick looks at every key once and makes the calls it asks for: the
+// releases, then the leases, each call on its own goroutine.
 func (m *Manager) tick() {
+	rets, calls := m.look()
+	for _, r := range rets {
+		m.release(r)
+	}
+	for _, c := range calls {
+		m.sends.Add(1)
+		go m.send(c)
+	}
+}
+
+// look looks at every key once: its averages, its cap, whether it went
+// idle, and whether it asks the allocator; one call carries every ask (up
+// to maxBatch keys). It returns the releases and the calls to make, in
+// batches; it does no I/O.
+func (m *Manager) look() (rets [][]Request, calls []*Call) {
 	now := m.cfg.Clock.Mono()
 	down := m.down.Load()
 	var reqs []Request
 	var keys []*Key
-	var rets []Request
+	var drops []Request
 	m.mu.Lock()
 	for _, t := range m.tables {
 		r := t.rule.Load()
@@ -199,7 +220,7 @@ func (m *Manager) tick() {
 			m.settle(k, now, down)
 			if m.idle(k, now) {
 				if ret, ok := m.drop(t, k, now, false); ok {
-					rets = append(rets, ret)
+					drops = append(drops, ret)
 				}
 				return
 			}
@@ -210,19 +231,19 @@ func (m *Manager) tick() {
 			k.touched.Store(false)
 		})
 	}
-	rets = append(rets, m.dropGone(now)...)
+	drops = append(drops, m.dropGone(now)...)
 	m.mu.Unlock()
-	for len(rets) > 0 {
-		n := min(len(rets), maxBatch)
-		m.release(rets[:n])
-		rets = rets[n:]
+	for len(drops) > 0 {
+		n := min(len(drops), maxBatch)
+		rets = append(rets, drops[:n])
+		drops = drops[n:]
 	}
 	for len(reqs) > 0 { // the allocator takes maxBatch keys a call at most
 		n := min(len(reqs), maxBatch)
-		m.sends.Add(1)
-		go m.send(reqs[:n], keys[:n], now)
+		calls = append(calls, &Call{Requests: reqs[:n], keys: keys[:n], sent: now})
 		reqs, keys = reqs[n:], keys[n:]
 	}
+	return rets, calls
 }
 
 // maxBatch is the most keys one call carries: below the allocator's
@@ -317,53 +338,25 @@ func (m *Manager) ask(k *Key, now time.Duration) Request {
 	return Request{Rule: st.rule.Name, Key: st.name, Want: max(want, kept), Kept: kept}
 }
 
-// send makes one call for the keys' requests and takes its answers.
-func (m *Manager) send(reqs []Request, keys []*Key, sent time.Duration) {
+// send makes one call and takes its answers.
+func (m *Manager) send(c *Call) {
 	defer m.sends.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout())
-	grants, err := m.cfg.Transport.Acquire(ctx, reqs)
+	grants, err := m.cfg.Transport.Acquire(ctx, c.Requests)
 	cancel()
-	if err == nil && len(grants) != len(reqs) {
-		err = errShortAnswer
-	}
-	unreachable := err != nil && m.cfg.Unreachable(err)
-	if err != nil && !unreachable {
-		m.cfg.Logger.Warn("allot: slot lease refused", "err", err)
-	}
-	m.down.Store(unreachable)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.cfg.Clock.Mono()
-	for i, k := range keys {
-		st := &k.st
-		st.asking = false
-		if !st.answered {
-			st.answered = true
-			defer close(st.first) // once its cap is set
-		}
-		if err != nil {
-			m.settle(k, now, unreachable)
-			continue
-		}
-		g := grants[i]
-		st.held, st.ends, st.valid = g.Granted, sent+g.TTL, sent+g.TTL-st.rule.MaxHold
-		ceil := int64(math.MaxInt64)
-		if g.Share < g.Granted {
-			ceil = g.Share
-		}
-		k.ceil.Store(ceil)
-		if st.leased(now) {
-			k.setCap(g.Granted, false, ModeLease)
-		} else {
-			m.settle(k, now, false)
-		}
-	}
+	m.answer(c, grants, err)
 }
 
 // release gives slots back, best effort: what does not arrive ends with
 // its lease.
 func (m *Manager) release(rets []Request) {
 	if len(rets) == 0 {
+		return
+	}
+	if m.cfg.Stepped {
+		m.mu.Lock()
+		m.queued = append(m.queued, rets)
+		m.mu.Unlock()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout())
