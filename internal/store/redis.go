@@ -31,14 +31,14 @@ type Redis struct {
 	closing sync.Once
 }
 
-// RedisOptions tunes a Redis store. The zero value means the defaults.
+// RedisOptions tunes a Redis store. A zero field takes
+// DefaultRedisOptions' value, which is set and explained there; Cluster,
+// which it leaves false, is off until set.
 type RedisOptions struct {
-	// Timeout bounds each store call, a retry after NOSCRIPT included, so
-	// that a dead or hung Redis costs milliseconds, not seconds.
-	// default: 50ms
+	// Timeout bounds each store call, a retry after NOSCRIPT included; it
+	// also bounds DialRedis' dials and pool waits.
 	Timeout time.Duration
 	// KeyPrefix starts every key the store writes: "<prefix>:<tag>:{rule|key}" (tag: tb3, fw3, sw3, sl2).
-	// default: "allot"
 	KeyPrefix string
 	// Cluster makes DialRedis connect to a Redis Cluster. The URL then names
 	// one or more seed nodes: "redis://h1:p1?addr=h2:p2&addr=h3:p3" (the
@@ -47,31 +47,39 @@ type RedisOptions struct {
 	Cluster bool
 	// MaxKeys caps the keys of the database (DBSIZE, Allot's and any
 	// other's): at it, a call that would add a key gets a *FullError and
-	// keys held keep deciding. Negative: no cap. default: DefaultRedisMaxKeys
+	// keys held keep deciding. Negative: no cap.
 	MaxKeys int64
 	// Clock is the allocator's clock, which says around which instant to
 	// send a calendar rule's window boundaries: Redis TIME still picks the
-	// instant among them (ruleArgs). default: clock.Real()
+	// instant among them (ruleArgs).
 	Clock clock.Clock
 }
 
-const (
-	defaultRedisTimeout = 50 * time.Millisecond
-	defaultKeyPrefix    = "allot"
-)
+// DefaultRedisOptions is what a zero field of RedisOptions takes, each
+// value with its reason. The allocator passes its own --store-timeout.
+func DefaultRedisOptions() RedisOptions {
+	return RedisOptions{
+		Timeout:   50 * time.Millisecond, // a Redis nearby answers in a millisecond: a dead or hung one costs a call this, not seconds
+		KeyPrefix: "allot",               // a Redis shared with others tells Allot's keys by their start
+		MaxKeys:   DefaultRedisMaxKeys,   // its doc says why
+		Clock:     clock.Real(),
+	}
+}
 
+// withDefaults gives every zero field DefaultRedisOptions' value.
 func (o RedisOptions) withDefaults() RedisOptions {
+	d := DefaultRedisOptions()
 	if o.Timeout == 0 {
-		o.Timeout = defaultRedisTimeout
+		o.Timeout = d.Timeout
 	}
 	if o.KeyPrefix == "" {
-		o.KeyPrefix = defaultKeyPrefix
+		o.KeyPrefix = d.KeyPrefix
 	}
 	if o.MaxKeys == 0 {
-		o.MaxKeys = DefaultRedisMaxKeys
+		o.MaxKeys = d.MaxKeys
 	}
 	if o.Clock == nil {
-		o.Clock = clock.Real()
+		o.Clock = d.Clock
 	}
 	return o
 }
