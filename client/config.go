@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-dev/allot/internal/clienthook"
 	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/fallback"
 	"github.com/allot-dev/allot/internal/lease"
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -134,9 +135,11 @@ type LeaseConfig struct {
 	TokensOnly bool
 }
 
-// GossipConfig joins the node to a memberlist pool.
+// GossipConfig joins the node to a memberlist pool. A zero Bind takes
+// DefaultGossipConfig's; every other field is off until set, as its doc
+// says.
 type GossipConfig struct {
-	// Bind is the gossip address, host:port. default: "127.0.0.1:0"
+	// Bind is the gossip address, host:port; port 0 picks a free one.
 	Bind string
 	// Join lists members to contact at start; empty starts a new pool.
 	Join []string
@@ -154,6 +157,14 @@ type GossipConfig struct {
 	// dialed. With Config.TLS, an allocator is also used only if its
 	// certificate verifies. default: every allocator in the pool
 	TrustAllocators []string
+}
+
+// DefaultGossipConfig is what a zero field of GossipConfig takes, with
+// its reason.
+func DefaultGossipConfig() GossipConfig {
+	return GossipConfig{
+		Bind: fallback.DefaultBind, // loopback, a free port: heard by no other host until you choose an address (fallback says why)
+	}
 }
 
 // Rule is a rate-limit rule given to a node directly; it has the fields of

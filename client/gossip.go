@@ -16,8 +16,12 @@ func (c *Client) joinGossip() error {
 	if g == nil {
 		return nil
 	}
+	bind := g.Bind
+	if bind == "" {
+		bind = DefaultGossipConfig().Bind
+	}
 	gossip, err := fallback.Join(fallback.GossipConfig{Name: c.cfg.NodeID, Role: fallback.RoleNode,
-		Bind: g.Bind, Join: g.Join, Fast: g.Fast, Keys: g.Keys, TrustAllocators: g.TrustAllocators, Logger: c.cfg.Logger})
+		Bind: bind, Join: g.Join, Fast: g.Fast, Keys: g.Keys, TrustAllocators: g.TrustAllocators, Logger: c.cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

@@ -38,7 +38,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -65,8 +64,9 @@ type Policy struct {
 	Key func(ctx context.Context, method string) (key string, ok bool)
 }
 
-// Options configures an Interceptor. Policies is required; every other
-// field has a default.
+// Options configures an Interceptor. Policies is required. A zero field
+// takes DefaultOptions' value, which is set and explained there; a field
+// DefaultOptions leaves zero is off until set, as its doc says.
 type Options struct {
 	// Policies are the rules every call must pass. Several are checked
 	// together with Client.AllowAll: a call refused by one costs nothing
@@ -76,7 +76,6 @@ type Options struct {
 
 	// Cost is what a call costs, in tokens. A cost of 0 or less lets the
 	// call through without counting it (health checks, reflection).
-	// default: 1 for every call
 	Cost func(ctx context.Context, fullMethod string) int64
 
 	// KeyMetadata names an incoming metadata entry holding an API key,
@@ -94,12 +93,20 @@ type Options struct {
 	// OnError decides a call the SDK could not (an unknown rule aside,
 	// which is always refused), after the error is logged: nil lets the
 	// call proceed, an error ends it with that error.
-	// default: proceed (fail open)
 	OnError func(ctx context.Context, fullMethod string, err error) error
 
 	// Logger receives SDK errors, a few a minute at most.
-	// default: slog.Default()
 	Logger *slog.Logger
+}
+
+// DefaultOptions is what a zero field of Options takes, each value with
+// its reason. Policies it leaves empty: New needs at least one.
+func DefaultOptions() Options {
+	return Options{
+		Cost:    func(context.Context, string) int64 { return 1 },          // a rule counts calls unless told what one costs
+		OnError: func(context.Context, string, error) error { return nil }, // fail open: a limit that cannot decide should not take the service down
+		Logger:  slog.Default(),                                            // the program's own logger, as slog.SetDefault set it
+	}
 }
 
 // Interceptor applies Allot rules to gRPC calls. It is safe for concurrent
@@ -130,17 +137,18 @@ func New(c *client.Client, opts Options) (*Interceptor, error) {
 	if err := middleware.CheckRules("grpclimit", c, rules); err != nil {
 		return nil, err
 	}
+	d := DefaultOptions()
 	if opts.Cost == nil {
-		opts.Cost = func(context.Context, string) int64 { return 1 }
+		opts.Cost = d.Cost
 	}
 	if opts.OnError == nil {
-		opts.OnError = func(context.Context, string, error) error { return nil }
+		opts.OnError = d.OnError
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+		opts.Logger = d.Logger
 	}
 	i := &Interceptor{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...), rules: rules,
-		errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}
+		errLogs: middleware.ErrorLogs()}
 	i.splitSlots()
 	i.names = strings.Join(i.rules, ",")
 	return i, nil

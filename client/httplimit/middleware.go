@@ -37,7 +37,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/textproto"
-	"time"
 
 	"golang.org/x/time/rate"
 
@@ -66,8 +65,9 @@ type Policy struct {
 	Key func(r *http.Request) (key string, ok bool)
 }
 
-// Options configures a Middleware. Policies is required; every other field
-// has a default.
+// Options configures a Middleware. Policies is required. A zero field
+// takes DefaultOptions' value, which is set and explained there; a field
+// DefaultOptions leaves zero is off until set, as its doc says.
 type Options struct {
 	// Policies are the rules every request must pass. Several are checked
 	// together with Client.AllowAll: a request refused by one costs nothing
@@ -82,7 +82,6 @@ type Options struct {
 	// is not settled. With settling on (SettleHeader or SettleCallback) it is
 	// the estimate that admits the request; once the handler returns, the
 	// request is settled at what it reports (settle.go).
-	// default: 1 for every request
 	Cost func(*http.Request) int64
 
 	// SettleHeader names a response header (or trailer, for a cost known
@@ -129,12 +128,21 @@ type Options struct {
 	// OnError answers a request the SDK could not decide (an unknown rule
 	// aside, which is always refused), after the error is logged. It
 	// returns true when it has written a response, false to serve the
-	// request. default: serve the request (fail open)
+	// request.
 	OnError func(w http.ResponseWriter, r *http.Request, err error) (handled bool)
 
 	// Logger receives SDK errors, a few a minute at most.
-	// default: slog.Default()
 	Logger *slog.Logger
+}
+
+// DefaultOptions is what a zero field of Options takes, each value with
+// its reason. Policies it leaves empty: New needs at least one.
+func DefaultOptions() Options {
+	return Options{
+		Cost:    func(*http.Request) int64 { return 1 },                                // a rule counts requests unless told what one costs
+		OnError: func(http.ResponseWriter, *http.Request, error) bool { return false }, // fail open: a limit that cannot decide should not take the service down
+		Logger:  slog.Default(),                                                        // the program's own logger, as slog.SetDefault set it
+	}
 }
 
 // Middleware applies Allot rules to HTTP requests. It is safe for
@@ -166,17 +174,18 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	if err := middleware.CheckRules("httplimit", c, rules); err != nil {
 		return nil, err
 	}
+	d := DefaultOptions()
 	if opts.Cost == nil {
-		opts.Cost = func(*http.Request) int64 { return 1 }
+		opts.Cost = d.Cost
 	}
 	if opts.OnError == nil {
-		opts.OnError = func(http.ResponseWriter, *http.Request, error) bool { return false }
+		opts.OnError = d.OnError
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+		opts.Logger = d.Logger
 	}
 	m := &Middleware{c: c, opts: opts, policies: append([]Policy(nil), opts.Policies...), rules: rules,
-		errLogs: rate.Sometimes{First: 3, Interval: 20 * time.Second}}
+		errLogs: middleware.ErrorLogs()}
 	if opts.KeyHeader != "" {
 		m.keyHdr = textproto.CanonicalMIMEHeaderKey(opts.KeyHeader)
 	}

@@ -25,6 +25,12 @@ const (
 	RoleAllocator = "allocator"
 )
 
+// DefaultBind is GossipConfig.Bind's default: a free port on loopback, so
+// that a member nobody placed, gossiping in the clear until it is given
+// Keys, is heard by no other host. A pool across hosts binds an address
+// its peers can reach, and a port they know.
+const DefaultBind = "127.0.0.1:0"
+
 // GossipConfig joins a memberlist pool.
 type GossipConfig struct {
 	// Name is this member's unique name, usually the node id. Required.
@@ -32,7 +38,7 @@ type GossipConfig struct {
 	// Role is RoleNode or RoleAllocator. default: RoleNode
 	Role string
 	// Bind is the gossip address, host:port; port 0 picks a free one.
-	// default: "127.0.0.1:0"
+	// default: DefaultBind
 	Bind string
 	// Join lists members to contact at start; empty starts a new pool.
 	Join []string
@@ -124,7 +130,7 @@ func memberlistConfig(cfg GossipConfig) (*memberlist.Config, error) {
 	mc.Name = cfg.Name
 	bind := cfg.Bind
 	if bind == "" {
-		bind = "127.0.0.1:0"
+		bind = DefaultBind
 	}
 	host, port, err := net.SplitHostPort(bind)
 	if err != nil {

@@ -1,13 +1,17 @@
 // Package middleware holds what the SDK's middlewares, httplimit and
 // grpclimit, share: the checks their New makes of the rules their policies
-// name, and the keys they take from requests made ones the SDK accepts.
+// name, the keys they take from requests made ones the SDK accepts, and
+// the pace of their error logs.
 package middleware
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 	"unicode/utf8"
+
+	"golang.org/x/time/rate"
 
 	"github.com/allot-dev/allot/client"
 )
@@ -75,3 +79,8 @@ func BoundedKey(prefix, v string) string {
 	sum := sha256.Sum256([]byte(v))
 	return prefix + "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// ErrorLogs paces a middleware's error logs: an error that fails every
+// request (an unknown rule) is logged a few times a minute, not once a
+// request.
+func ErrorLogs() rate.Sometimes { return rate.Sometimes{First: 3, Interval: 20 * time.Second} }
