@@ -44,7 +44,8 @@ type Oracle struct {
 	dropped int
 	fair    []fairWin
 	checked Checked
-	done    bool // Finish has judged the fairness intervals
+	done    bool      // Finish has judged the fairness intervals
+	slots   slotState // concurrency rules (slots.go)
 }
 
 type keyID struct{ rule, key string }
@@ -153,6 +154,8 @@ func (o *Oracle) Learned(at time.Duration, rule string, ver int) {
 	}
 	if rs := o.rules[rule]; rs != nil {
 		rs.learned(at, ver)
+	} else {
+		o.slotLearned(at, rule)
 	}
 }
 

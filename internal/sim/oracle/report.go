@@ -41,6 +41,7 @@ type Report struct {
 	Offered, Admitted, Ideal int64
 	Ratio                    float64
 	Fairness                 []FairResult // in the order registered
+	Slots                    []SlotUse    // concurrency keys' throughput, by rule, then key
 	Checked                  Checked
 	Violations               []Violation // as Violations, fairness's included
 }
@@ -67,6 +68,10 @@ func (o *Oracle) Finish(end time.Duration) Report {
 		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key))
 	})
 	r.Ratio = ratio(r.Admitted, r.Ideal)
+	r.Slots = o.slotUse(r.End)
+	slices.SortFunc(r.Slots, func(a, b SlotUse) int {
+		return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key))
+	})
 	r.Checked = o.checked
 	r.Checked.Dropped = o.dropped
 	r.Violations = o.Violations()

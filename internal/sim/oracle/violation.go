@@ -34,6 +34,12 @@ const (
 	// InvFallbackLog: one node's fallback on a sliding log admits ≤ ⌈l/N⌉
 	// in any P of true time.
 	InvFallbackLog Invariant = "fallback-log"
+	// InvSlots: a concurrency rule's slots in flight, fleet-wide, with a
+	// crashed node's until its lease ends, ≤ l + ⌊l/N⌋ for each node
+	// with slots of its fallback taken while a fault excused it.
+	InvSlots Invariant = "slots"
+	// InvSlotsNode: one node's slots of its fallback in flight ≤ ⌊l/N⌋.
+	InvSlotsNode Invariant = "fallback-slots"
 	// InvFairness: equal demand gets admissions within ±10% of the mean.
 	InvFairness Invariant = "fairness"
 	// InvUsage: the oracle was fed something it cannot judge (an event out
