@@ -208,17 +208,17 @@ func (st *state) report(r *rules.Rule, now, ttl int64, req *AcquireRequest) Leas
 	switch r.Algorithm {
 	case rules.TokenBucket:
 		st.refill(r, now)
-		st.debitBucket(float64(consumed))
-		st.settleBucket(r, req.Settled)
+		st.bucket.debit(float64(consumed))
+		st.bucket.settle(r, req.Settled)
 		l.Remaining = int64(math.Floor(math.Max(st.bucket.tokens, 0)))
 		st.expires = st.bucketExpiry(r, now, ttl)
 	case rules.SlidingLog:
 		st.reportLog(r, now, req)
 		l.Remaining = r.Limit - st.log.count()
 	default:
-		_, start, end, at := st.roll(r, now)
-		st.debitWindow(r, consumed, req.ConsumedAge, at, start)
-		st.settleWindow(r, req.Settled)
+		_, start, end, at := st.window.roll(r, now)
+		st.window.debit(r, consumed, req.ConsumedAge, at, start)
+		st.window.settle(r, req.Settled)
 		l.Remaining = int64(math.Floor(math.Max(float64(r.Limit)-st.window.count, 0)))
 		st.expires = start + 2*periodUS(r) + ttl
 		if r.Algorithm == rules.FixedWindow {
@@ -248,8 +248,8 @@ func (st *state) release(r *rules.Rule, now int64, ret *Return) {
 	case rules.FixedWindow, rules.SlidingWindow:
 		credited, _ := st.giveBack(ret.Node, now, ttl, ret.Epoch, ret.Tokens, reportOf(ret.Held, ret.HeldKnown))
 		delete(st.holders, ret.Node)
-		epoch, _, _, _ := st.roll(r, now)
-		st.credit(r, epoch, credited, ret.Epoch)
+		epoch, _, _, _ := st.window.roll(r, now)
+		st.window.credit(r, epoch, credited, ret.Epoch)
 	}
 }
 

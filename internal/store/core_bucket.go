@@ -135,8 +135,7 @@ func (st *state) ceiling(r *rules.Rule, now int64, node string, own float64) flo
 // share admitted while the request was on its way the bucket earned too
 // and lent to others, and the node owes it (lease.Manager.oweInFlight).
 // Both are 0 when nothing is known. It also keeps belowFor.
-func (st *state) fullness(full, ttl int64) (fullFor, fullInTTL int64) {
-	b := &st.bucket
+func (b *bucket) fullness(full, ttl int64) (fullFor, fullInTTL int64) {
 	switch {
 	case full >= ttl:
 		b.belowFor = 1
@@ -187,7 +186,7 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 	// What the node says it holds is read first: the refill's ceiling
 	// counts that, not what it held at its last request.
 	credited, held := st.giveBack(req.Node, now, ttl, 0, req.Returned, reportOf(req.Held, req.HeldKnown))
-	fullFor, fullInTTL := st.fullness(st.refillAround(r, now, req.Node, held, req.heldFor()), ttl)
+	fullFor, fullInTTL := st.bucket.fullness(st.refillAround(r, now, req.Node, held, req.heldFor()), ttl)
 	st.bucket.tokens = math.Min(st.ceiling(r, now, req.Node, held), st.bucket.tokens+float64(credited))
 	// A holder back from an absence had its fallback reserved: what it
 	// admitted there up to the reservation the bucket never earned. So did
@@ -200,8 +199,8 @@ func (st *state) acquireBucket(r *rules.Rule, now, ttl int64, req *AcquireReques
 		floor := math.Min(st.bucket.tokens, -math.Max(capacity-float64(req.ConsumedAge.Microseconds())*ratePerUS(r), 0))
 		debit = math.Min(debit, math.Max(st.bucket.tokens-floor, 0))
 	}
-	st.debitBucket(debit)
-	st.settleBucket(r, req.Settled)
+	st.bucket.debit(debit)
+	st.bucket.settle(r, req.Settled)
 	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, 0, req.FallbackNodes)
 	g := fairGrant(int64(math.Floor(math.Max(st.bucket.tokens, 0))), req.Want, others)
 	st.bucket.tokens -= float64(g)
@@ -240,11 +239,11 @@ func (st *state) bucketExpiry(r *rules.Rule, now, ttl int64) int64 {
 	return max(now, st.keptUntil(r)) + ceilUS((float64(r.Burst)-st.bucket.tokens)/ratePerUS(r)) + ttl
 }
 
-// debitBucket takes tokens admitted outside the allocator out of a refilled
+// debit takes tokens admitted outside the allocator out of a refilled
 // bucket, in full: a debt is repaid by refill, never forgiven, however long
 // ago the tokens were admitted. What a report may debit is bounded before
 // (capConsumed), which is what bounds the debt.
-func (st *state) debitBucket(debit float64) { st.bucket.tokens -= debit }
+func (b *bucket) debit(n float64) { b.tokens -= n }
 
 func (st *state) checkBucket(r *rules.Rule, now, cost int64) Decision {
 	capacity := float64(r.Burst)

@@ -16,36 +16,36 @@ import (
 // so every token of it is paid by refill before another is admitted; a
 // window counts it against its limit.
 
-// settleBucket takes settled tokens from a refilled bucket, which goes at
-// most the rule's debt below empty, and returns what it took.
-func (st *state) settleBucket(r *rules.Rule, settled int64) float64 {
+// settle takes settled tokens from a refilled bucket, which goes at most
+// the rule's debt below empty, and returns what it took.
+func (b *bucket) settle(r *rules.Rule, settled int64) float64 {
 	if settled <= 0 {
 		return 0
 	}
-	take := math.Min(float64(settled), math.Max(st.bucket.tokens+float64(r.Debt()), 0))
-	st.bucket.tokens -= take
+	take := math.Min(float64(settled), math.Max(b.tokens+float64(r.Debt()), 0))
+	b.tokens -= take
 	return take
 }
 
-// settleWindow counts settled tokens in a rolled window, up to its limit
-// and the rule's debt, and returns what it counted. A window's debt is
-// repaid by the window's end: the next one starts afresh.
-func (st *state) settleWindow(r *rules.Rule, settled int64) float64 {
+// settle counts settled tokens in a rolled window, up to its limit and
+// the rule's debt, and returns what it counted. A window's debt is repaid
+// by the window's end: the next one starts afresh.
+func (w *window) settle(r *rules.Rule, settled int64) float64 {
 	if settled <= 0 {
 		return 0
 	}
-	take := math.Min(float64(settled), math.Max(float64(r.Limit+r.Debt())-st.window.count, 0))
-	st.window.count += take
+	take := math.Min(float64(settled), math.Max(float64(r.Limit+r.Debt())-w.count, 0))
+	w.count += take
 	return take
 }
 
-// settleLog logs settled tokens at now, up to the limit and the rule's
-// debt over the log's count.
-func (st *state) settleLog(r *rules.Rule, now, settled int64) {
+// settle logs settled tokens at now, up to the limit and the rule's debt
+// over the log's count.
+func (l *slidingLog) settle(r *rules.Rule, now, settled int64) {
 	if settled <= 0 {
 		return
 	}
-	if add := min(settled, r.Limit+r.Debt()-st.log.count()); add > 0 {
-		st.log.add(now, add)
+	if add := min(settled, r.Limit+r.Debt()-l.count()); add > 0 {
+		l.add(now, add)
 	}
 }

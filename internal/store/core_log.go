@@ -32,7 +32,7 @@ func (st *state) reportLog(r *rules.Rule, now int64, req *AcquireRequest) {
 			st.log.add(at, add)
 		}
 	}
-	st.settleLog(r, now, req.Settled)
+	st.log.settle(r, now, req.Settled)
 	st.expires = st.log.expiry(now, p)
 }
 

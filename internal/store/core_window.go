@@ -32,8 +32,7 @@ type window struct {
 // calendar's, and a clock that stepped back finds it in the state.
 // Calendar rules are strict, so they have no holders: what the lease paths
 // compute from a holder's epoch and the period never meets them.
-func (st *state) roll(r *rules.Rule, now int64) (epoch, start, end, at int64) {
-	w := &st.window
+func (w *window) roll(r *rules.Rule, now int64) (epoch, start, end, at int64) {
 	if r.IsCalendar() {
 		start, end := r.Calendar.Window(now)
 		if start > w.index {
@@ -55,34 +54,36 @@ func (st *state) roll(r *rules.Rule, now int64) (epoch, start, end, at int64) {
 	return epoch, start, start + p, max(now, start)
 }
 
-// estimate is the sliding window counter: the previous window weighted by
-// how much of it the sliding window still covers, plus the current one.
-func (st *state) estimate(r *rules.Rule, now, start int64) float64 {
+// used is what counts against the limit at at, in the rolled window that
+// starts at start: its count, and for a sliding window (the sliding window
+// counter) the previous window's, weighted by how much of it the sliding
+// window still covers.
+func (w *window) used(r *rules.Rule, at, start int64) float64 {
+	if r.Algorithm != rules.SlidingWindow {
+		return w.count
+	}
 	p := float64(periodUS(r))
-	weight := (p - float64(now-start)) / p
-	return st.window.prev*weight + st.window.count
+	weight := (p - float64(at-start)) / p
+	return w.prev*weight + w.count
 }
 
 func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireRequest) Lease {
 	limit, p := float64(r.Limit), periodUS(r)
-	epoch, start, end, at := st.roll(r, now)
+	epoch, start, end, at := st.window.roll(r, now)
 	// What the holder was lent in an ended window is gone with it: it may
 	// give back only what it was lent in this one.
 	report := reportOf(req.Held, req.HeldKnown)
 	credited, _ := st.giveBack(req.Node, now, ttl, req.ReturnedEpoch, req.Returned, report)
-	st.credit(r, epoch, credited, req.ReturnedEpoch)
+	st.window.credit(r, epoch, credited, req.ReturnedEpoch)
 	held := report.bound(st.givable(req.Node, now, ttl, epoch))
 	if req.ReturnedEpoch == epoch {
 		held -= float64(credited)
 	}
 	prev, had := st.holders[req.Node]
-	added := st.debitWindow(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
-	st.settleWindow(r, req.Settled)
+	added := st.window.debit(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
+	st.window.settle(r, req.Settled)
 	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, epoch, req.FallbackNodes)
-	used := st.window.count
-	if r.Algorithm == rules.SlidingWindow {
-		used = st.estimate(r, at, start)
-	}
+	used := st.window.used(r, at, start)
 	// What the absent holders may admit on their fallback in this window is
 	// not lent, nor what those back in it may still admit there while their
 	// returns are on their way (core_absence.go).
@@ -110,41 +111,41 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 		return l
 	}
 	if g < req.Want {
-		l.RetryAfter = us(st.slidingRetry(r, at, start, min(req.Want-g, r.Limit), reserve))
+		l.RetryAfter = us(st.window.slidingRetry(r, at, start, min(req.Want-g, r.Limit), reserve))
 	}
 	st.expires = max(start+2*p+ttl, st.keptUntil(r))
 	return l
 }
 
-// debitWindow adds tokens admitted outside the allocator to a rolled
-// window's count, up to twice the limit, when they began in it (at less
+// debit adds tokens admitted outside the allocator to a rolled window's
+// count, up to twice the limit, when they began in it (at less
 // their age is in the window, which starts at start): what began in a
 // window that has ended is dropped with it. Charged to this window it
 // would count twice against the fleet's limit, the ended window's
 // admissions having been counted there, or reserved (core_absence.go).
 // It returns what it added.
-func (st *state) debitWindow(r *rules.Rule, consumed int64, age time.Duration, at, start int64) float64 {
+func (w *window) debit(r *rules.Rule, consumed int64, age time.Duration, at, start int64) float64 {
 	if at-age.Microseconds() < start {
 		return 0
 	}
-	before := st.window.count
-	st.window.count = math.Min(st.window.count+float64(consumed), 2*float64(r.Limit))
-	return st.window.count - before
+	before := w.count
+	w.count = math.Min(w.count+float64(consumed), 2*float64(r.Limit))
+	return w.count - before
 }
 
 // slidingRetry is how long until a sliding window admits cost more tokens,
 // reserve being kept back in it for absent holders (as if counted: it
 // lasts for every window of their absence).
-func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64, reserve float64) int64 {
+func (w *window) slidingRetry(r *rules.Rule, now, start, cost int64, reserve float64) int64 {
 	limit, p := float64(r.Limit), float64(periodUS(r))
-	count := st.window.count + reserve
+	count := w.count + reserve
 	room := limit - float64(cost) - count
 	if room >= 0 {
-		if st.window.prev <= room {
+		if w.prev <= room {
 			return 0
 		}
 		// The previous window's weight must fall to room/prev.
-		at := float64(start) + p*(1-room/st.window.prev)
+		at := float64(start) + p*(1-room/w.prev)
 		return max(0, ceilUS(at-float64(now)))
 	}
 	// Wait for this window to become the previous one and fade enough.
@@ -154,24 +155,21 @@ func (st *state) slidingRetry(r *rules.Rule, now, start, cost int64, reserve flo
 
 // credit takes n tokens of the window of index from back out of a window
 // state whose current index is epoch: only while that window still counts.
-func (st *state) credit(r *rules.Rule, epoch, n, from int64) {
+func (w *window) credit(r *rules.Rule, epoch, n, from int64) {
 	switch from {
 	case epoch:
-		st.window.count = math.Max(st.window.count-float64(n), 0)
+		w.count = math.Max(w.count-float64(n), 0)
 	case epoch - 1:
 		if r.Algorithm == rules.SlidingWindow {
-			st.window.prev = math.Max(st.window.prev-float64(n), 0)
+			w.prev = math.Max(w.prev-float64(n), 0)
 		}
 	}
 }
 
 func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	limit, p := float64(r.Limit), periodUS(r)
-	_, start, end, at := st.roll(r, now)
-	used := st.window.count
-	if r.Algorithm == rules.SlidingWindow {
-		used = st.estimate(r, at, start)
-	}
+	_, start, end, at := st.window.roll(r, now)
+	used := st.window.used(r, at, start)
 	// A check admits no more than a lease would lend.
 	reserve := st.windowReserve(r, now, start)
 	used += reserve
@@ -191,7 +189,7 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 		return d
 	}
 	if !d.Allowed {
-		d.RetryAfter = us(st.slidingRetry(r, at, start, cost, reserve))
+		d.RetryAfter = us(st.window.slidingRetry(r, at, start, cost, reserve))
 	}
 	switch {
 	case st.window.count > 0:

@@ -198,7 +198,7 @@ local function forget(st, node)
   st.holders[node] = nil
 end
 
--- debit_window is core_window.go's debitWindow, on a state rolled to the
+-- debit_window is core_window.go's window.debit, on a state rolled to the
 -- window starting at start, deciding at at: consumption that began in an
 -- ended window is dropped. It returns what it added.
 local function debit_window(st, consumed, age, at, start)
@@ -210,7 +210,7 @@ local function debit_window(st, consumed, age, at, start)
   return st.t - before
 end
 
--- settle_window is core_debt.go's settleWindow: settled tokens counted in
+-- settle_window is core_debt.go's window.settle: settled tokens counted in
 -- a rolled window, up to its limit and the rule's debt.
 local function settle_window(st, settled)
   if settled <= 0 then

@@ -155,7 +155,7 @@ local function acquire(now, req)
       n = n + add
     end
   end
-  -- core_debt.go's settleLog.
+  -- core_debt.go's slidingLog.settle.
   if req.settled > 0 then
     local add = math.min(req.settled, limit + req.max_debt - n)
     if add > 0 then

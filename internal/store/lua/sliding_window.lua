@@ -36,7 +36,7 @@ local function estimate(st, now, start)
 end
 
 -- How long until the window admits cost more tokens, reserve being kept
--- back for absent holders (core_window.go's slidingRetry).
+-- back for absent holders (core_window.go's window.slidingRetry).
 local function sliding_retry(st, now, start, cost, reserve)
   local count = st.t + reserve
   local room = limit - cost - count

@@ -51,12 +51,12 @@ local function lend_rate(st, node, now)
   return share
 end
 
--- debit is core_bucket.go's debitBucket: in full, a debt never forgiven.
+-- debit is core_bucket.go's bucket.debit: in full, a debt never forgiven.
 local function debit(st, consumed)
   st.t = st.t - consumed
 end
 
--- settle is core_debt.go's settleBucket: settled tokens taken, the bucket
+-- settle is core_debt.go's bucket.settle: settled tokens taken, the bucket
 -- going at most the rule's debt below empty.
 local function settle(st, settled)
   if settled <= 0 then
@@ -77,7 +77,7 @@ local function report(now, req)
   return { 0, floor(max(st.t, 0)), ttl, 0, 0, 0, '0' }
 end
 
--- fullness is core_bucket.go's fullness.
+-- fullness is core_bucket.go's bucket.fullness.
 local function fullness(st, full)
   if full >= ttl then
     st.p = 1
