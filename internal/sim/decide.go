@@ -14,6 +14,11 @@ func (n *node) request(rule, key string, cost int64) {
 	if !n.alive {
 		return
 	}
+	if r, _ := w.rules.Get(rule); r.IsConcurrency() {
+		w.stats.Decisions++
+		n.takeSlot(r, key)
+		return
+	}
 	w.oracle.Offered(w.now, n.i, rule, key, cost)
 	w.stats.Decisions++
 	r, _ := w.rules.Get(rule)

@@ -157,6 +157,11 @@ func (w *World) reload(scale float64) {
 	w.alloc.setRules(set)
 	vers := map[string]int{}
 	for _, r := range set.Rules() {
+		if r.IsConcurrency() {
+			w.oracle.SetSlotRule(w.now, slotRule(r))
+			vers[r.Name] = 0
+			continue
+		}
 		w.oracle.SetRule(w.now, oracleRule(r))
 		vers[r.Name] = w.oracle.Spreading(r.Name)
 	}

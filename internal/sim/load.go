@@ -13,6 +13,9 @@ import (
 // one node and one key, in a shape.
 type Load struct {
 	streams []*stream
+	// holdMin and holdMax bound how long a caller holds a slot of a
+	// concurrency rule (drawn evenly between).
+	holdMin, holdMax time.Duration
 }
 
 // stream is one node's callers on one key: Poisson arrivals at rate
@@ -79,6 +82,9 @@ func drawLoad(rng *rand.Rand, sc *Scenario) Load {
 	shape := pick(rng, "uniform", "uniform", "skew", "onoff", "quiet-window", "hot-key", "zipf", "bursts")
 	sc.label(shape, "(x%g)", mult)
 	for _, r := range sc.Rules.Rules() {
+		if r.IsConcurrency() {
+			continue // (slotLoad)
+		}
 		l.shape(rng, sc, r, shape, mult)
 	}
 	return l

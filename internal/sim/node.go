@@ -34,6 +34,7 @@ type node struct {
 	downAt  time.Duration   // when it last crashed
 	// returned are the requests whose returns the oracle has been told of.
 	returned map[flightID]bool
+	slots    *slotSide // concurrency rules (slots.go); nil without any
 }
 
 // flightID names one request of a key, however often it is sent.
@@ -88,6 +89,7 @@ func (n *node) boot() {
 	for _, r := range w.rules.Rules() {
 		n.apply(r)
 	}
+	n.bootSlots()
 	n.wakeAt = -1
 	n.turn()
 }
@@ -97,6 +99,7 @@ func (n *node) apply(r *rules.Rule) {
 	if r.Leasable() {
 		n.tables[r.Name] = n.core.Table(r)
 	}
+	n.applySlots(r)
 }
 
 func (n *node) callTimeout() time.Duration { return n.w.sc.callTimeout() }
@@ -341,6 +344,7 @@ func (n *node) replace() {
 	if len(fin.Returns) > 0 {
 		n.release(fin.Returns)
 	}
+	n.closeSlots()
 	n.crash()
 	saved := w.sc.NewIDs
 	w.sc.NewIDs = true
@@ -355,4 +359,5 @@ func (n *node) crash() {
 	n.gen++
 	n.pending = nil
 	n.waiters = nil
+	n.crashSlots()
 }

@@ -113,6 +113,7 @@ func NewScenario(seed uint64) *Scenario {
 	}
 	s.Load = drawLoad(rng, s)
 	s.Faults = drawFaults(rng, s)
+	drawSlots(seed, s)
 	return s
 }
 

@@ -116,6 +116,7 @@ func TestSeeds(t *testing.T) {
 	}
 	slices.Sort(kinds)
 	t.Logf("%d seeds; exercised: %s", len(results), strings.Join(kinds, " "))
+	logSlots(t, list, results)
 }
 
 // runAll runs the seeds on every core.

@@ -190,6 +190,10 @@ func (w *World) close() { w.alloc.close() }
 
 func (w *World) start() {
 	for _, r := range w.rules.Rules() {
+		if r.IsConcurrency() {
+			w.oracle.SetSlotRule(0, slotRule(r))
+			continue
+		}
 		w.oracle.SetRule(0, oracleRule(r))
 	}
 	for _, n := range w.nodes {

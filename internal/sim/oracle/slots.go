@@ -286,6 +286,9 @@ func (o *Oracle) judgeSlots(sk *slotKey, node int, at time.Duration, m Mode) {
 	}
 	sk.ghosts = g
 	bound := l
+	if o.slotStepAhead(rs, at) {
+		bound += l // what the store forgot, beside what it lends anew
+	}
 	for _, s := range sk.nodes {
 		if s.excused > 0 && !o.slotsClosed(rs, at) {
 			bound += share
@@ -298,6 +301,23 @@ func (o *Oracle) judgeSlots(sk *slotKey, node int, at time.Duration, m Mode) {
 	} else {
 		sk.passSlots(InvSlots, -1)
 	}
+}
+
+// slotStepAhead says whether the store's clock stepped forward within a
+// TTL before at: its leases then ended early, up to the step, and it lent
+// their slots again while the nodes, on their own clocks, still took slots
+// on them until their ends (a TTL after they were sent, at most).
+func (o *Oracle) slotStepAhead(rs *slotRuleState, at time.Duration) bool {
+	var ttl time.Duration
+	for _, v := range rs.vers {
+		ttl = max(ttl, v.TTL)
+	}
+	for _, st := range o.forward {
+		if st.ahead && st.at <= at && at < st.at+ttl {
+			return true
+		}
+	}
+	return false
 }
 
 // slotsClosed says whether every version in force at at is closed.

@@ -125,3 +125,18 @@ func TestSlotUse(t *testing.T) {
 		t.Fatalf("violations %v", r.Violations)
 	}
 }
+
+// The store's clock stepped forward ends its leases early: for a TTL the
+// fleet may run what the store forgot beside what it lends anew.
+func TestSlotsStoreClockAhead(t *testing.T) {
+	runCases(t, []tcase{
+		{name: "2·l for a TTL after the step", nodes: 2, evs: []ev{slotRule(0, false), took(0, 0, 10, Lease),
+			step(100*ms, 100*ms, 2100*ms), took(1100*ms-1, 1, 10, Lease)}},
+		{name: "l after it", nodes: 2, evs: []ev{slotRule(0, false), took(0, 0, 10, Lease),
+			step(100*ms, 100*ms, 2100*ms), took(1100*ms, 1, 1, Lease)},
+			want: []want{{inv: InvSlots, node: -1, from: 1100 * ms, to: 1100 * ms, measured: 11, bound: 10}}},
+		{name: "a step back gives nothing", nodes: 2, evs: []ev{slotRule(0, false), took(0, 0, 10, Lease),
+			step(100*ms, 2100*ms, 100*ms), took(200*ms, 1, 1, Lease)},
+			want: []want{{inv: InvSlots, node: -1, from: 200 * ms, to: 200 * ms, measured: 11, bound: 10}}},
+	})
+}
