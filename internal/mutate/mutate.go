@@ -48,6 +48,10 @@ const (
 	// RefillPastHeld: a token bucket refills to its burst whatever its
 	// holders still hold of what it lent them.
 	RefillPastHeld
+	// SlotsPastMaxHold: a node takes slots on its lease until the lease
+	// ends, not max_hold before: cut off, its last slots run past the
+	// store's count of them, beside their next holder's.
+	SlotsPastMaxHold
 )
 
 var on atomic.Uint32

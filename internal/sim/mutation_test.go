@@ -138,6 +138,18 @@ var mutants = []mutant{
 			// nodes 1 ms away, skewed load.
 			return Run(14242)
 		}, broke("bucket-1s")},
+	{"a node takes slots until its lease ends, ignoring max_hold", mutate.SlotsPastMaxHold,
+		func(t *testing.T) Result {
+			// Two nodes holding 10 of 20 each, one cut off for 3 s: its
+			// last slots, taken up to its lease's end, run past the
+			// store's count of them while the other is lent them again.
+			// (failure: closed, so that no fallback's allowance hides
+			// them.)
+			closed := strings.Replace(slots20, "limit: 20,", "limit: 20, failure: closed,", 1)
+			sc := slotFleet(t, closed, 2, 2*time.Millisecond, 10, 8*time.Second)
+			sc.Faults.add(sc, 3*time.Second, "cut", "(node 0, 3s)", func(w *World) { w.cut([]int{0}, 3*time.Second) })
+			return RunScenario(1, sc)
+		}, broke("slots")},
 }
 
 // quietWindows makes the load come in bursts, each window after a quiet

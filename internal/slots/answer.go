@@ -3,6 +3,8 @@ package slots
 import (
 	"math"
 	"time"
+
+	"github.com/allot-dev/allot/internal/mutate"
 )
 
 // Call is one Acquire the loop makes: the requests of up to maxBatch keys,
@@ -39,6 +41,9 @@ func (m *Manager) answer(c *Call, grants []Grant, err error) {
 		}
 		g := grants[i]
 		st.held, st.ends, st.valid = g.Granted, c.sent+g.TTL, c.sent+g.TTL-st.rule.MaxHold
+		if mutate.On(mutate.SlotsPastMaxHold) {
+			st.valid = st.ends
+		}
 		ceil := int64(math.MaxInt64)
 		if g.Share < g.Granted {
 			ceil = g.Share
