@@ -57,8 +57,8 @@ func drawSlots(seed uint64, s *Scenario) {
 	}
 	mult := pick(rng, 2.0, 5, 10)
 	mean := (l.holdMin + l.holdMax).Seconds() / 2
-	rate := min(mult*float64(r.Limit)/mean, 5000) // takes per second, fleet-wide
 	keys := pick(rng, 1, 1, 3)
+	rate := min(mult*float64(r.Limit)/mean, 5000/float64(keys)) // a key's takes per second, fleet-wide
 	skew := rng.IntN(3) == 0
 	for k := range keys {
 		for i := range s.Nodes {
@@ -67,7 +67,7 @@ func drawSlots(seed uint64, s *Scenario) {
 				share = map[bool]float64{true: 0.8, false: 0.2 / float64(s.Nodes-1)}[i == 0]
 			}
 			l.streams = append(l.streams, &stream{node: i, rule: r.Name, key: fmt.Sprintf("s%d", k),
-				rate: rate * share / float64(keys), cost: 1, to: s.Length})
+				rate: rate * share, cost: 1, to: s.Length})
 		}
 	}
 	kind := "concurrency"

@@ -168,7 +168,7 @@ func (o *Oracle) Took(at time.Duration, node int, rule, key string, m Mode) {
 	} else {
 		o.checked.Fallback++
 		sn.fallback++
-		if o.faulty(rule, at) {
+		if o.slotFaulty(sk.rs, at) {
 			sn.excused++
 		}
 	}
@@ -297,10 +297,30 @@ func (o *Oracle) judgeSlots(sk *slotKey, node int, at time.Duration, m Mode) {
 	if total := sk.inFlight + ghosts; total > bound {
 		o.slotBreach(sk, Violation{Invariant: InvSlots, Node: -1, From: at, To: at, At: at,
 			Measured: float64(total), Bound: float64(bound),
-			Detail: fmt.Sprintf("%d of them a crashed node's, counted until its lease ends", ghosts)})
+			Detail: fmt.Sprintf("%d of them a crashed node's, counted until its lease ends; by node (lease/fallback/excused): %s", ghosts, sk.byNode())})
 	} else {
 		sk.passSlots(InvSlots, -1)
 	}
+}
+
+// slotFaulty says whether a fault may keep a node from the allocator at
+// at, as faulty does for tokens: one recorded over [from, to + L), L the
+// rule's largest TTL or the call timeout if longer (a call sent into the
+// fault falls back when it times out, after it).
+func (o *Oracle) slotFaulty(rs *slotRuleState, at time.Duration) bool {
+	l := o.cfg.CallTimeout
+	for _, v := range rs.vers {
+		l = max(l, v.TTL)
+	}
+	for _, f := range o.faults {
+		if f.from > at {
+			break
+		}
+		if at < f.to+l {
+			return true
+		}
+	}
+	return false
 }
 
 // slotStepAhead says whether the store's clock stepped forward within a
@@ -359,29 +379,4 @@ func (sk *slotKey) passSlots(inv Invariant, node int) {
 			return
 		}
 	}
-}
-
-// SlotUse is one concurrency key's throughput: the slot-time used over the
-// limit's, from the key's first take to the end.
-type SlotUse struct {
-	Rule, Key string
-	Limit     int64
-	Busy      float64 // slot-seconds used
-	Ratio     float64 // Busy / (Limit · span)
-}
-
-// slotUse reports every slot key's throughput up to end.
-func (o *Oracle) slotUse(end time.Duration) []SlotUse {
-	var out []SlotUse
-	for _, sk := range o.slots.keys {
-		sk.account(max(end, sk.last))
-		span := (end - sk.first).Seconds()
-		l := sk.rs.cur().Limit
-		u := SlotUse{Rule: sk.id.rule, Key: sk.id.key, Limit: l, Busy: sk.busy / 1e9}
-		if span > 0 {
-			u.Ratio = u.Busy / (float64(l) * span)
-		}
-		out = append(out, u)
-	}
-	return out
 }

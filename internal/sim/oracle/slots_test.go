@@ -140,3 +140,15 @@ func TestSlotsStoreClockAhead(t *testing.T) {
 			want: []want{{inv: InvSlots, node: -1, from: 200 * ms, to: 200 * ms, measured: 11, bound: 10}}},
 	})
 }
+
+// A fallback slot is excused for the rule's TTL after the fault: a call
+// sent into it times out after it.
+func TestSlotsExcuseAfterFault(t *testing.T) {
+	runCases(t, []tcase{
+		{name: "within a TTL of the fault", nodes: 2, evs: []ev{faulty(0, time.Second), slotRule(0, false),
+			took(1900*ms, 0, 10, Lease), took(1999*ms, 1, 5, Fallback)}},
+		{name: "past it", nodes: 2, evs: []ev{faulty(0, time.Second), slotRule(0, false),
+			took(1900*ms, 0, 10, Lease), took(2*time.Second, 1, 1, Fallback)},
+			want: []want{{inv: InvSlots, node: -1, from: 2 * time.Second, to: 2 * time.Second, measured: 11, bound: 10}}},
+	})
+}
