@@ -197,7 +197,7 @@ const (
 // (check), for a key the node has no room for; a key with a lease decides
 // by the rule its lease keeps.
 func (c *Client) take(ctx context.Context, rs *ruleState, keyRule *rules.Rule, key string, n int64, full overCap) (Decision, spend, error) {
-	again := false
+	attempt := lease.FirstAttempt
 	var deadline clock.Timer
 	defer func() {
 		if deadline != nil {
@@ -217,7 +217,7 @@ func (c *Client) take(ctx context.Context, rs *ruleState, keyRule *rules.Rule, k
 		// (Armed before the decision: an answer that comes between the two
 		// closes this channel, not the next one.)
 		answered := c.mgr.Answered()
-		v := k.Decide(n, c.cfg.clock.Mono(), c.cfg.clock.Now(), c.nodesFor(k.Holders()), again)
+		v := k.Decide(n, c.cfg.clock.Mono(), c.cfg.clock.Now(), c.nodesFor(k.Holders()), attempt)
 		if v.Gone {
 			continue // it left its table under us; the table makes a fresh one
 		}
@@ -226,7 +226,7 @@ func (c *Client) take(ctx context.Context, rs *ruleState, keyRule *rules.Rule, k
 			if deadline == nil && c.cfg.Lease.FirstLeaseWait > 0 {
 				deadline = c.cfg.clock.NewTimer(max(c.cfg.Lease.FirstLeaseWait, c.leaseTimeout()))
 			}
-			again = true
+			attempt = lease.AfterWait
 			if deadline != nil && !c.closed.Load() {
 				select {
 				case <-answered:

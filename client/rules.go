@@ -26,7 +26,7 @@ type ruleSnapshot struct {
 type ruleState struct {
 	rule       *rules.Rule
 	table      *lease.Table // the rule's keys and their leases; nil for strict rules
-	allowances *fallback.Shares
+	allowances *fallback.Allowances
 	waits      *waitQueues
 	counts     *ruleCounters
 }
@@ -114,7 +114,7 @@ func (c *Client) applyRules(set *rules.Set) {
 	old := c.rules.Load()
 	next := &ruleSnapshot{version: set.Version(), byName: make(map[string]*ruleState, set.Len())}
 	for _, r := range set.Rules() {
-		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name, r.Shadow), allowances: &fallback.Shares{}, waits: &waitQueues{}}
+		rs := &ruleState{rule: r, counts: c.metrics.rule(r.Name, r.Shadow), allowances: &fallback.Allowances{}, waits: &waitQueues{}}
 		if prev, ok := old.byName[r.Name]; ok { // keep what callers are in the middle of
 			rs.allowances, rs.waits = prev.allowances, prev.waits
 		}

@@ -166,9 +166,9 @@ func TestAllowanceConsumption(t *testing.T) {
 	}
 }
 
-func TestSharesForgetIdleKeys(t *testing.T) {
+func TestAllowancesForgetIdleKeys(t *testing.T) {
 	r := rule(t, 10, 10, time.Second)
-	var s Shares
+	var s Allowances
 	a := s.Get(r, "a", 0)
 	if s.Get(r, "a", 0) != a {
 		t.Fatal("the same key gave two allowances")

@@ -8,18 +8,18 @@ import (
 	"github.com/allot-dev/allot/internal/rules"
 )
 
-// Shares holds the fallback allowances of one rule's keys that have no
+// Allowances holds the fallback allowances of one rule's keys that have no
 // lease to carry one: strict rules' keys, and the keys beyond a full key
 // table, which share one. Keys that have not fallen back for a while are
 // forgotten, so memory follows recent use. Time is the node's monotonic
 // clock.
-type Shares struct {
+type Allowances struct {
 	mu   sync.Mutex
-	m    map[string]*shareEntry
+	m    map[string]*allowanceEntry
 	last time.Duration
 }
 
-type shareEntry struct {
+type allowanceEntry struct {
 	a    *Allowance
 	used time.Duration
 }
@@ -37,11 +37,11 @@ func forgetAfter(r *rules.Rule) time.Duration {
 
 // Get returns the key's allowance under r, making a full one for a key it
 // does not hold.
-func (s *Shares) Get(r *rules.Rule, key string, now time.Duration) *Allowance {
+func (s *Allowances) Get(r *rules.Rule, key string, now time.Duration) *Allowance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = make(map[string]*shareEntry)
+		s.m = make(map[string]*allowanceEntry)
 	}
 	if now-s.last > forgetAfter(r) {
 		for k, e := range s.m {
@@ -53,7 +53,7 @@ func (s *Shares) Get(r *rules.Rule, key string, now time.Duration) *Allowance {
 	}
 	e, ok := s.m[key]
 	if !ok {
-		e = &shareEntry{a: NewAllowance()}
+		e = &allowanceEntry{a: NewAllowance()}
 		s.m[key] = e
 	}
 	e.used = now
@@ -61,7 +61,7 @@ func (s *Shares) Get(r *rules.Rule, key string, now time.Duration) *Allowance {
 }
 
 // Len is the number of allowances kept.
-func (s *Shares) Len() int {
+func (s *Allowances) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.m)

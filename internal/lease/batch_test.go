@@ -246,7 +246,7 @@ func TestOneRequestInFlightPerKey(t *testing.T) {
 		{name: "t1: more decisions wait on it and send nothing", at: time.Millisecond,
 			do: func(g *rig) {
 				for range 5 {
-					v = g.key("r", "a").Decide(1, g.now(), g.clk.Now(), 1, true)
+					v = g.key("r", "a").Decide(1, g.now(), g.clk.Now(), 1, AfterWait)
 					g.turn()
 				}
 			},

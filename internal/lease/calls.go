@@ -14,7 +14,7 @@ import (
 // call, or when the key's retry time comes.
 func (c *Core) enqueue(k *KeyLease, now mono) {
 	if k.table.gone.Load() || k.phase == phaseLeft {
-		k.set(bitQueued, false)
+		k.lower(bitQueued)
 		// A caller holding the old table can make a key after Forget; it
 		// leaves now, or it would count against MaxKeys for good and its
 		// decisions wait for ever.
@@ -109,7 +109,7 @@ func (c *Core) flush(now mono) {
 		k.pending = false
 		switch {
 		case k.table.gone.Load() || k.phase == phaseLeft:
-			k.set(bitQueued, false)
+			k.lower(bitQueued)
 		case k.req.inFlight != nil:
 			// Its request is still on its way: the answer schedules the next.
 		case k.solo: // in a call the allocator rejected: asks alone
@@ -174,7 +174,7 @@ func (c *Core) Answer(call *Call, ans Answer, err error, took, at time.Duration)
 		c.failed(call, err, now)
 		return
 	}
-	c.reachable(true, nil)
+	c.reached()
 	c.backoff, c.refused = 0, 0
 	c.observeRoundTrip(took)
 	if ans.Nodes > 0 {
@@ -238,7 +238,7 @@ func (c *Core) failed(call *Call, err error, now mono) {
 		c.rejected(call, err, now)
 		return
 	}
-	c.reachable(false, err)
+	c.unreachable(err)
 	c.backoff = min(max(time.Duration(float64(c.backoff)*1.6), c.cfg.BackoffBase), c.cfg.BackoffMax)
 	jitter := 1 + 0.2*(2*c.rng.Float64()-1)
 	c.nextAttempt = now.Add(time.Duration(float64(c.backoff) * jitter))
@@ -266,7 +266,7 @@ func (c *Core) stillWanted(k *KeyLease, now mono) bool {
 		}
 		k.req.unacked = nil
 	}
-	k.set(bitQueued, false)
+	k.lower(bitQueued)
 	return false
 }
 
@@ -298,7 +298,7 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 		k := call.keys[bad]
 		k.solo = true
 		k.notBefore.Store(int64(now.Add(time.Second)))
-		k.set(bitQueued, false)
+		k.lower(bitQueued)
 		c.cfg.Logger.Warn("allocator rejected a lease request", "rule", k.table.name, "err", err)
 	case bad == -2:
 		c.lastCall = 0
@@ -309,7 +309,7 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 	default:
 		// Refused as a whole, the node cannot be served: for its keys that
 		// is an outage, and they fall back (failure: open) or deny.
-		c.reachable(false, err)
+		c.unreachable(err)
 		c.refused = min(max(2*c.refused, 250*time.Millisecond), maxRefusedBackoff)
 		at := now.Add(time.Duration(float64(c.refused) * (0.8 + 0.4*c.rng.Float64())))
 		// No call leaves before the backoff ends, whatever asks meanwhile
@@ -329,7 +329,14 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 // as a whole: how late the keys return once it serves again.
 const maxRefusedBackoff = 10 * time.Second
 
-func (c *Core) reachable(up bool, cause error) {
+// reached notes a call the allocator answered: it is reachable.
+func (c *Core) reached() { c.setReachable(true, nil) }
+
+// unreachable notes a call that failed with cause: the allocator is taken
+// for down until one is answered.
+func (c *Core) unreachable(cause error) { c.setReachable(false, cause) }
+
+func (c *Core) setReachable(up bool, cause error) {
 	if c.down.Swap(!up) == up { // the state changed
 		if h := c.cfg.Hooks.Reachable; h != nil {
 			h(up, cause)

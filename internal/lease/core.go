@@ -205,7 +205,7 @@ func (c *Core) Turn(at time.Duration) {
 	for _, k := range spent {
 		// Cleared first: a token taken from now on is noted again, one
 		// taken before is at or before now.
-		k.set(bitSpent, false)
+		k.lower(bitSpent)
 		k.req.spentAt = now
 	}
 	for _, k := range keys {

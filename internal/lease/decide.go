@@ -16,7 +16,7 @@ type Verdict struct {
 	Fallback bool
 	// Wait says the key's first lease is on its way and the allocator
 	// answers: wait for an answer (Core.Answered) and decide again, with
-	// again set. No token is admitted without the allocator's say while it
+	// AfterWait. No token is admitted without the allocator's say while it
 	// answers (docs/bounds.md, rule 1).
 	Wait bool
 	// Gone says the key left its table meanwhile: look it up again.
@@ -29,13 +29,22 @@ type Verdict struct {
 	allowance *fallback.Allowance
 }
 
+// Attempt says whether a decision is a request's first or one after a
+// Wait (its demand was counted at the first).
+type Attempt uint8
+
+const (
+	FirstAttempt Attempt = iota
+	AfterWait
+)
+
 // Decide decides a request of n tokens at now, the node's monotonic clock;
 // wall is its wall clock (a window rule's guess of the store's windows
 // while it knows none) and nodes the fleet size its fallback divides by,
 // or what the allocator last told the key's fallback to divide by, if
-// more (FallbackNodes). again says the caller decides again after a Wait,
+// more (FallbackNodes). attempt says whether the caller decides again after a Wait,
 // whose demand was counted. It never blocks.
-func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int, again bool) Verdict {
+func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int, attempt Attempt) Verdict {
 	for {
 		gen := k.gen.Load()
 		if sb := k.spendBy.Load(); sb == 0 || monoAt(now) < mono(sb) {
@@ -70,7 +79,7 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 			}
 			switch {
 			case !down && served == 0: // its first lease is on its way
-				if !again {
+				if attempt == FirstAttempt {
 					k.demand.Add(n)
 				}
 				k.WantRefill()

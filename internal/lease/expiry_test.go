@@ -82,7 +82,7 @@ func TestWindowTokensUnspentPastTheirEndWhileTheCoreIsLate(t *testing.T) {
 	// The clock passes the end; the Core does not run.
 	g.clk.Advance(end.Sub(monoAt(g.now())) + time.Millisecond)
 	held := k().Tokens()
-	if v := k().Decide(1, g.now(), g.clk.Now(), 1, false); v.Allowed {
+	if v := k().Decide(1, g.now(), g.clk.Now(), 1, FirstAttempt); v.Allowed {
 		t.Fatalf("spent a token of a lease that ended %v ago, the Core late: %+v", time.Millisecond, v)
 	}
 	if k().Tokens() != held {

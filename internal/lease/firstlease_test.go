@@ -24,7 +24,7 @@ func TestNewKeyWaitsForItsFirstLease(t *testing.T) {
 				return nil
 			}},
 		{name: "t1: still waiting while it is on its way", at: time.Millisecond,
-			do: func(g *rig) { v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, true) },
+			do: func(g *rig) { v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, AfterWait) },
 			want: func(g *rig) error {
 				if k := g.key("api", "k"); k.phase != phaseNew {
 					return fmt.Errorf("phase %v, want new", k.phase)

@@ -123,7 +123,7 @@ func (c *Core) scheduleNext(k *KeyLease, f *flight, g Grant, now mono) {
 		next = max(min(now.Add(c.retryDelay(k, g.RetryAfter)), f.sent.Add(c.latestRenewal(k))), now)
 	}
 	k.notBefore.Store(int64(next))
-	k.set(bitQueued, false)
+	k.lower(bitQueued)
 	if k.owes() || k.req.unused > 0 {
 		k.WantRefill() // a report to make, or tokens to give back
 	}

@@ -11,14 +11,6 @@ const (
 
 func (k *KeyLease) is(bit uint32) bool { return k.bits.Load()&bit != 0 }
 
-func (k *KeyLease) set(bit uint32, on bool) {
-	if on {
-		k.bits.Or(bit)
-	} else {
-		k.bits.And(^bit)
-	}
-}
-
 // raise sets bit and reports whether it was clear.
 func (k *KeyLease) raise(bit uint32) bool { return k.bits.Or(bit)&bit == 0 }
 

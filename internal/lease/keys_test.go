@@ -76,7 +76,7 @@ func TestForgetTakesARulesKeysOut(t *testing.T) {
 			do: func(g *rig) {
 				g.core.Forget("r")
 				g.turn()
-				v = a.Decide(1, g.now(), g.clk.Now(), 1, false)
+				v = a.Decide(1, g.now(), g.clk.Now(), 1, FirstAttempt)
 			},
 			want: func(g *rig) error {
 				if !v.Gone || a.phase != phaseLeft {
@@ -144,7 +144,7 @@ func TestKeyMadeOnAForgottenTableLeaves(t *testing.T) {
 				g.turn()
 			}},
 		{name: "t3: z is gone, and not counted", at: 10 * time.Millisecond,
-			do: func(g *rig) { v = z.Decide(1, g.now(), g.clk.Now(), 1, false); g.turn() },
+			do: func(g *rig) { v = z.Decide(1, g.now(), g.clk.Now(), 1, FirstAttempt); g.turn() },
 			want: func(g *rig) error {
 				if !v.Gone || g.core.Keys() != 0 {
 					return fmt.Errorf("z's decision %+v, %d keys counted", v, g.core.Keys())

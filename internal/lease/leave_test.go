@@ -169,7 +169,7 @@ func TestKeyUsedWithinHalfATTLStays(t *testing.T) {
 			do: func(g *rig) {
 				g.answer()
 				k = g.key("r", "k")
-				k.Decide(1, g.now(), g.clk.Now(), 1, true)
+				k.Decide(1, g.now(), g.clk.Now(), 1, AfterWait)
 				g.turn()
 			}})
 	for i := 1; i <= 5; i++ {
@@ -182,7 +182,7 @@ func TestKeyUsedWithinHalfATTLStays(t *testing.T) {
 				if k.phase == phaseLeft || len(g.rets) != 0 {
 					return fmt.Errorf("k left (returns %+v)", g.rets)
 				}
-				if v := k.Decide(1, g.now(), g.clk.Now(), 1, false); !v.Allowed {
+				if v := k.Decide(1, g.now(), g.clk.Now(), 1, FirstAttempt); !v.Allowed {
 					return fmt.Errorf("refused: %+v", v)
 				}
 				g.turn()

@@ -55,7 +55,7 @@ func (c *Core) leave(k *KeyLease) (Return, bool) {
 	c.timers.cancel(k)
 	c.delayed.cancel(k)
 	k.table.keys.remove(k.key, k)
-	k.set(bitAsleep, false)
+	k.lower(bitAsleep)
 	overflow, fullAt := k.takeOverflow()
 	tokens := overflow + k.unusedNow()
 	still := fullAt

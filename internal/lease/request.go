@@ -196,7 +196,7 @@ func (c *Core) lapse(k *KeyLease, now mono) bool {
 	if k.askedAgain || now.Sub(k.est.lastActive) < 2*k.Rule().Lease.Refresh {
 		return false
 	}
-	k.set(bitQueued, false)
+	k.lower(bitQueued)
 	c.leaveSoon(k)
 	return true
 }

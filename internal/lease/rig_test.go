@@ -332,7 +332,7 @@ func (g *rig) fail() {
 // decide decides n tokens of key under rule now, and turns the Core, as
 // the inbox wakes the Manager's loop.
 func (g *rig) decide(rule, key string, n int64) Verdict {
-	v := g.key(rule, key).Decide(n, g.now(), g.clk.Now(), g.nodes, false)
+	v := g.key(rule, key).Decide(n, g.now(), g.clk.Now(), g.nodes, FirstAttempt)
 	g.turn()
 	return v
 }

@@ -98,7 +98,7 @@ func TestDemandThatWaitedForTheFirstLeaseIsNoRefusal(t *testing.T) {
 				return nil
 			}},
 		{name: "t1: the caller decides again and is served", at: time.Millisecond,
-			do:   func(g *rig) { v = g.key("r", "k").Decide(1, g.now(), g.clk.Now(), 1, true); g.turn() },
+			do:   func(g *rig) { v = g.key("r", "k").Decide(1, g.now(), g.clk.Now(), 1, AfterWait); g.turn() },
 			want: func(g *rig) error { return verdict(v, true, false, false) }},
 		{name: "t2: 99 tokens left: no second request", at: 10 * time.Millisecond,
 			want: func(g *rig) error {

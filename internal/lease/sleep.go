@@ -38,7 +38,7 @@ func (c *Core) sleep(k *KeyLease, now mono) {
 	}
 	k.phase = phaseDormant
 	k.low.Store(math.MaxInt64)
-	k.set(bitAsleep, true)
+	k.raise(bitAsleep)
 	c.arm(k, now) // its deadlines: the lease's end, the idle check
 }
 
@@ -47,7 +47,7 @@ func (c *Core) wake(k *KeyLease, now mono) {
 	if k.phase != phaseDormant {
 		return
 	}
-	k.set(bitAsleep, false)
+	k.lower(bitAsleep)
 	k.phase = phaseSharing
 	k.low.Store(watermark(k.est.size))
 	c.share(k, now)

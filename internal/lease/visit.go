@@ -166,7 +166,7 @@ func (c *Core) expire(k *KeyLease, now mono) {
 		k.req.unusedEpoch = k.epoch.Load()
 		// They go at once, whatever the key's next request waited for: the
 		// lease ends at the store about a sweep from now.
-		k.set(bitQueued, true)
+		k.raise(bitQueued)
 		c.schedule(k, now)
 	}
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"time"
 
+	"github.com/allot-dev/allot/internal/lease"
 	"github.com/allot-dev/allot/internal/sim/oracle"
 )
 
@@ -26,12 +27,12 @@ func (n *node) request(rule, key string, cost int64) {
 		n.strict(r, key, cost)
 		return
 	}
-	n.decide(&waiter{rule: rule, key: key, cost: cost}, false)
+	n.decide(&waiter{rule: rule, key: key, cost: cost}, lease.FirstAttempt)
 }
 
 // decide decides a request as the SDK does (client.take): the key's lease,
 // else its fallback; a key with no lease yet waits for its first.
-func (n *node) decide(q *waiter, again bool) {
+func (n *node) decide(q *waiter, attempt lease.Attempt) {
 	w := n.w
 	t := n.tables[q.rule]
 	for range 3 {
@@ -39,12 +40,12 @@ func (n *node) decide(q *waiter, again bool) {
 		if k == nil {
 			return // (a full key table: not in these runs)
 		}
-		v := k.Decide(q.cost, n.mono(), n.clk.wall(w.now), n.nodesFor(k.Holders()), again)
+		v := k.Decide(q.cost, n.mono(), n.clk.wall(w.now), n.nodesFor(k.Holders()), attempt)
 		switch {
 		case v.Gone:
 			continue
 		case v.Wait:
-			if !again {
+			if attempt == lease.FirstAttempt {
 				w.stats.Waited++
 				// The SDK's wait: FirstLeaseWait, or the call's own timeout.
 				q.deadline = w.now + max(250*time.Millisecond, n.callTimeout(), 3*n.rtt)
@@ -80,7 +81,7 @@ func (n *node) wakeWaiters() {
 		if q.done {
 			continue
 		}
-		n.decide(q, true)
+		n.decide(q, lease.AfterWait)
 		if !q.done {
 			n.waiters = append(n.waiters, q)
 		}

@@ -16,22 +16,22 @@ import (
 // node is one simulated node: the real lease Core and its keys, decided as
 // the SDK decides them, on the node's own clocks.
 type node struct {
-	w       *World
-	i       int
-	id      string
-	gen     int // its incarnation: what was sent to an older one is lost
-	alive   bool
-	clk     nodeClock
-	core    *lease.Core
-	tables  map[string]*lease.Table
-	wakeAt  time.Duration // the earliest turn scheduled; -1: none
-	pending map[*lease.Call]time.Duration
-	waiters []*waiter
-	rtt     time.Duration // its measure of the round trip
-	shares  map[string]*fallback.Shares
-	debts   []lease.Request // strict rules' fallback admissions, to report
-	late    time.Duration   // a saturated CPU: its loop runs up to this late
-	downAt  time.Duration   // when it last crashed
+	w          *World
+	i          int
+	id         string
+	gen        int // its incarnation: what was sent to an older one is lost
+	alive      bool
+	clk        nodeClock
+	core       *lease.Core
+	tables     map[string]*lease.Table
+	wakeAt     time.Duration // the earliest turn scheduled; -1: none
+	pending    map[*lease.Call]time.Duration
+	waiters    []*waiter
+	rtt        time.Duration // its measure of the round trip
+	allowances map[string]*fallback.Allowances
+	debts      []lease.Request // strict rules' fallback admissions, to report
+	late       time.Duration   // a saturated CPU: its loop runs up to this late
+	downAt     time.Duration   // when it last crashed
 	// returned are the requests whose returns the oracle has been told of.
 	returned map[flightID]bool
 	slots    *slotSide // concurrency rules (slots.go); nil without any
@@ -79,7 +79,7 @@ func (n *node) boot() {
 	n.pending = map[*lease.Call]time.Duration{}
 	n.returned = map[flightID]bool{}
 	n.waiters, n.debts = nil, nil
-	n.shares = map[string]*fallback.Shares{}
+	n.allowances = map[string]*fallback.Allowances{}
 	n.core = lease.NewCore(lease.Config{
 		Rand: rand.New(rand.NewPCG(w.rng.Uint64(), uint64(n.i))), Logger: quiet,
 		Nodes: n.fleetSize, TokensOnly: w.sc.TokensOnly,
@@ -273,10 +273,10 @@ func (n *node) strict(r *rules.Rule, key string, cost int64) {
 		if r.Failure == rules.FailClosed {
 			return
 		}
-		s := n.shares[r.Name]
+		s := n.allowances[r.Name]
 		if s == nil {
-			s = &fallback.Shares{}
-			n.shares[r.Name] = s
+			s = &fallback.Allowances{}
+			n.allowances[r.Name] = s
 		}
 		m := n.mono()
 		a := s.Get(r, key, m)
