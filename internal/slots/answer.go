@@ -24,9 +24,16 @@ func (m *Manager) answer(c *Call, grants []Grant, err error) {
 	if err != nil && !unreachable {
 		m.cfg.Logger.Warn("allot: slot lease refused", "err", err)
 	}
-	m.down.Store(unreachable)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// Whether the allocator answers is what the newest call sent says: one
+	// that timed out after a later one was answered is stale, and puts no
+	// key on its fallback while the allocator answers.
+	if c.sent >= m.reachSent {
+		m.reachSent = c.sent
+		m.down.Store(unreachable)
+	}
+	unreachable = m.down.Load()
 	now := m.cfg.Clock.Mono()
 	for i, k := range c.keys {
 		st := &k.st

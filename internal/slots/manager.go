@@ -66,12 +66,14 @@ type Manager struct {
 	mu     sync.Mutex
 	tables map[string]*Table
 	gone   []*Table    // forgotten rules' tables with slots still in flight
-	down   atomic.Bool // the last call found no allocator
-	kick   chan struct{}
-	stop   chan struct{}
-	done   sync.WaitGroup
-	sends  sync.WaitGroup
-	queued [][]Request // Stepped: releases for the caller to make
+	down   atomic.Bool // the newest call answered found no allocator
+	// reachSent is when the call that last set down was sent (under mu).
+	reachSent time.Duration
+	kick      chan struct{}
+	stop      chan struct{}
+	done      sync.WaitGroup
+	sends     sync.WaitGroup
+	queued    [][]Request // Stepped: releases for the caller to make
 }
 
 var errShortAnswer = errors.New("slots: the allocator answered fewer leases than asked")

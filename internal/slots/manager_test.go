@@ -187,3 +187,47 @@ func TestForgottenRuleGivesBackOnceIdle(t *testing.T) {
 		t.Fatalf("b after a gave its slots back: %v %v", ls, err)
 	}
 }
+
+// Whether the allocator answers is what the newest call sent says: a call
+// that timed out after a later one was answered is stale, and puts no key
+// on its fallback while the allocator answers (docs/bounds.md, rule 1).
+// (The simulator's seed 217: a node took a fallback slot 377 ms after its
+// cut ended, on a timeout of a call it sent during the cut.)
+func TestStaleTimeoutDoesNotTakeTheAllocatorForDown(t *testing.T) {
+	clk, s, r := newRig(t)
+	tr := &memTransport{s: s, r: r, node: "a"}
+	m := NewManager(Config{Transport: tr, Clock: clk, Nodes: func() int { return 2 }, Tick: time.Hour, Stepped: true,
+		Unreachable: func(err error) bool { return errors.Is(err, errCut) }, Timeout: func() time.Duration { return time.Second }})
+	t.Cleanup(m.Close)
+	old := m.Table(r).Key("old")
+	first, _ := m.Turn() // t0: old's first call, which will time out
+	clk.Advance(100 * time.Millisecond)
+	fresh := m.Table(r).Key("fresh")
+	second, _ := m.Turn() // t1: fresh's first call, answered
+	if len(first) != 1 || len(second) != 1 {
+		t.Fatalf("calls %d then %d, want one each", len(first), len(second))
+	}
+	grants, err := tr.Acquire(context.Background(), second[0].Requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Answer(second[0], grants, nil)
+	clk.Advance(900 * time.Millisecond)
+	m.Answer(first[0], nil, errCut) // t0's call times out after t1's was answered
+	if m.Down() {
+		t.Fatalf("a timeout of a call sent before an answered one took the allocator for down")
+	}
+	if old.Mode() == ModeFallback || fresh.Mode() != ModeLease {
+		t.Fatalf("modes: old %d, fresh %d; want old off its fallback and fresh on its lease", old.Mode(), fresh.Mode())
+	}
+	// A later call's failure still counts.
+	clk.Advance(time.Millisecond)
+	tr.cut.Store(true)
+	calls, _ := m.Turn()
+	for _, c := range calls {
+		m.Answer(c, nil, errCut)
+	}
+	if len(calls) > 0 && !m.Down() {
+		t.Fatalf("a failed call sent after the answered one did not take the allocator for down")
+	}
+}
