@@ -146,6 +146,9 @@ func randomOp(rng *rand.Rand, leasable, all []*rules.Rule) parityOp {
 				req.Returned = rng.Int64N(11)
 			}
 			req.Held, req.HeldKnown = randomHeld(rng)
+			if req.HeldKnown && rng.IntN(2) == 0 { // how long it has held no more
+				req.HeldFor, req.HeldForKnown = time.Duration(rng.Int64N(3000))*time.Millisecond, true
+			}
 			req.OnFallback = rng.IntN(4) == 0
 			if rng.IntN(4) == 0 { // a settled cost, at times past the rule's debt
 				req.Settled = rng.Int64N(2 * (req.Rule.Capacity() + req.Rule.Debt() + 1))
@@ -205,9 +208,9 @@ func runOp(s store.Store, op parityOp, epochs map[string]int64) (string, error) 
 			// The rate is printed to 9 digits: a bucket in debt by less
 			// than the refill the clocks' difference earns may differ
 			// further down.
-			fmt.Fprintf(&b, "[%s %s %s want %d rate %.9g consumed %d settled %d returned %d held %d/%t: granted %d remaining %d holders %d ttl %v retry %t rate %.9g] ",
+			fmt.Fprintf(&b, "[%s %s %s want %d rate %.9g consumed %d settled %d returned %d held %d/%t for %v/%t: granted %d remaining %d holders %d ttl %v retry %t rate %.9g] ",
 				req.Rule.Algorithm, req.Key, req.Node, req.Want, req.WantRate, req.Consumed, req.Settled, req.Returned, req.Held, req.HeldKnown,
-				l.Granted, l.Remaining, l.Holders, l.TTL, l.RetryAfter > 0, l.Rate)
+				req.HeldFor, req.HeldForKnown, l.Granted, l.Remaining, l.Holders, l.TTL, l.RetryAfter > 0, l.Rate)
 		}
 	case "release":
 		rets := append([]store.Return(nil), op.rets...)

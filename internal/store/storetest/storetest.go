@@ -115,6 +115,7 @@ func Run(t *testing.T, h Harness) {
 		{"BucketReleaseCappedAtCapacity", testBucketRelease},
 		{"BucketRefills", testBucketRefills},
 		{"HeldCapsBucket", testHeldCapsBucket},
+		{"HeldForKeepsEarlierRefillOut", testHeldForKeepsEarlierRefillOut},
 		{"BucketFullness", testBucketFullness},
 		{"BucketWithTinyRateStillLimits", testBucketTinyRate},
 		{"FairShareAcrossHolders", testFairShare},
