@@ -10,7 +10,10 @@ import (
 // A caller's requests on a node, decided as the SDK decides them.
 
 // request is a caller's request on the node.
-func (n *node) request(rule, key string, cost int64) {
+func (n *node) request(rule, key string, cost int64) { n.requestSettled(rule, key, cost, nil) }
+
+// requestSettled is request, settled after its work by d (settle.go) when set.
+func (n *node) requestSettled(rule, key string, cost int64, d *settleDraw) {
 	w := n.w
 	if !n.alive {
 		return
@@ -24,10 +27,10 @@ func (n *node) request(rule, key string, cost int64) {
 	w.stats.Decisions++
 	r, _ := w.rules.Get(rule)
 	if !r.Leasable() {
-		n.strict(r, key, cost)
+		n.strict(r, key, cost, d)
 		return
 	}
-	n.decide(&waiter{rule: rule, key: key, cost: cost}, lease.FirstAttempt)
+	n.decide(&waiter{rule: rule, key: key, cost: cost, settle: d}, lease.FirstAttempt)
 }
 
 // decide decides a request as the SDK does (client.take): the key's lease,
@@ -65,6 +68,7 @@ func (n *node) decide(q *waiter, attempt lease.Attempt) {
 				w.stats.Fallback++
 			}
 			n.admitted(q.rule, q.key, q.cost, mode, w.store.at(w.now))
+			n.settleLater(q.settle, settlement{rule: q.rule, key: q.key, est: q.cost, k: k, v: v, mode: mode})
 		default:
 			q.done = true
 		}

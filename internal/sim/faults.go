@@ -162,7 +162,7 @@ func (w *World) reload(scale float64) {
 			vers[r.Name] = 0
 			continue
 		}
-		w.oracle.SetRule(w.now, oracleRule(r))
+		w.oracle.SetRule(w.now, w.oracleRule(r))
 		vers[r.Name] = w.oracle.Spreading(r.Name)
 	}
 	// Until the last node has the new rules, the others' decisions may

@@ -29,9 +29,10 @@ type stream struct {
 	from, to      time.Duration
 	period, phase time.Duration
 	duty          float64
-	burst         int  // a burst of this many requests at once, each arrival
-	once          bool // one arrival, at from
-	paced         bool // arrivals exactly 1/rate apart, not Poisson
+	burst         int         // a burst of this many requests at once, each arrival
+	once          bool        // one arrival, at from
+	paced         bool        // arrivals exactly 1/rate apart, not Poisson
+	settle        *settleDraw // each admitted request settled after its work (settle.go)
 }
 
 func (l *Load) start(w *World) {
@@ -44,7 +45,7 @@ func (s *stream) next(w *World, from time.Duration) {
 	if s.once {
 		w.at(from, func() {
 			for range max(s.burst, 1) {
-				w.nodes[s.node].request(s.rule, s.key, s.cost)
+				w.nodes[s.node].requestSettled(s.rule, s.key, s.cost, s.settle)
 			}
 		})
 		return
@@ -60,7 +61,7 @@ func (s *stream) next(w *World, from time.Duration) {
 	w.at(at, func() {
 		if s.on(w.now) {
 			for range max(s.burst, 1) {
-				w.nodes[s.node].request(s.rule, s.key, s.cost)
+				w.nodes[s.node].requestSettled(s.rule, s.key, s.cost, s.settle)
 			}
 		}
 		s.next(w, w.now)

@@ -47,6 +47,7 @@ type flightID struct {
 type waiter struct {
 	rule, key string
 	cost      int64
+	settle    *settleDraw // settled after its work (settle.go); nil: not
 	deadline  time.Duration
 	done      bool
 }
@@ -261,7 +262,7 @@ func (n *node) release(rets []lease.Return) {
 // strict decides a request of a strict rule as the SDK does: the
 // allocator's Check, or, when it cannot answer in time, the key's fallback
 // allowance, reported once the allocator answers again.
-func (n *node) strict(r *rules.Rule, key string, cost int64) {
+func (n *node) strict(r *rules.Rule, key string, cost int64, d *settleDraw) {
 	w := n.w
 	gen := n.gen
 	decided := false
@@ -285,6 +286,7 @@ func (n *node) strict(r *rules.Rule, key string, cost int64) {
 		if res.Allowed {
 			n.debts = append(n.debts, lease.Request{Rule: r.Name, Key: key, Consumed: cost})
 			n.admitted(r.Name, key, cost, oracle.Fallback, w.store.at(w.now))
+			n.settleLater(d, settlement{rule: r.Name, key: key, est: cost, allowance: a, mode: oracle.Fallback})
 		}
 	}
 	req := &allotv1.CheckRequest{Rule: r.Name, Key: key, Cost: cost}
@@ -302,6 +304,7 @@ func (n *node) strict(r *rules.Rule, key string, cost int64) {
 			decided = true
 			if resp.GetAllowed() {
 				n.admitted(r.Name, key, cost, oracle.Strict, storeAt)
+				n.settleLater(d, settlement{rule: r.Name, key: key, est: cost, mode: oracle.Strict})
 			}
 			n.reportDebts()
 		})

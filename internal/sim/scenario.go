@@ -29,6 +29,7 @@ type Scenario struct {
 	Gossip, Configured bool
 	NewIDs             bool // a node that restarts takes a new id
 	TokensOnly         bool
+	Settles            bool // requests settled after their work (scenario_settle.go)
 	Load               Load
 	Faults             Faults
 	labels, kinds      []string
@@ -114,6 +115,7 @@ func NewScenario(seed uint64) *Scenario {
 	s.Load = drawLoad(rng, s)
 	s.Faults = drawFaults(rng, s)
 	drawSlots(seed, s)
+	drawSettle(seed, s)
 	return s
 }
 

@@ -33,6 +33,10 @@ type World struct {
 // Stats counts what a run exercised.
 type Stats struct {
 	Decisions, Admitted, Fallback, Waited, Calls, Lost, Duplicated, Releases int
+	// Settled counts the requests settled after their work (settle.go), and
+	// the tokens above their estimates counted and left uncounted.
+	Settled                      int
+	SettledExtra, SettledDropped int64
 }
 
 type event struct {
@@ -194,7 +198,7 @@ func (w *World) start() {
 			w.oracle.SetSlotRule(0, slotRule(r))
 			continue
 		}
-		w.oracle.SetRule(0, oracleRule(r))
+		w.oracle.SetRule(0, w.oracleRule(r))
 	}
 	for _, n := range w.nodes {
 		n.boot()

@@ -22,6 +22,10 @@ const logHorizon = 8
 // before at): a node that falls back while nothing is wrong has no excuse,
 // and what it admits counts in the fleet's sums like any admission.
 func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string, cost int64, mode Mode) {
+	o.admit(at, storeAt, node, rule, key, cost, mode, false)
+}
+
+func (o *Oracle) admit(at, storeAt time.Duration, node int, rule, key string, cost int64, mode Mode, settled bool) {
 	if !o.tick(at, "admission", rule, key) {
 		return
 	}
@@ -34,17 +38,26 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 		return
 	}
 	v, ns := ks.rs.cur(), ks.node(node)
-	o.checked.Admitted++
 	ev := traceEv{kind: evAdmitted, mode: mode, node: node, n: cost, at: at, store: storeAt}
+	if settled {
+		ev.kind = evSettled
+		o.checked.Settled++
+		o.checked.SettledTokens += cost
+	} else {
+		o.checked.Admitted++
+	}
 	unreserved := false
-	switch mode {
-	case Lease:
+	switch {
+	case settled: // (not a lease's spend that the returns check counts: a debt may go to the store)
+	case mode == Lease:
 		o.checked.Lease++
 		ns.spent += cost
-	case Strict:
+	case mode == Strict:
 		o.checked.Strict++
-	case Fallback:
+	case mode == Fallback:
 		o.checked.Fallback++
+	}
+	if mode == Fallback {
 		ev.class = 1
 		if (v.Strict || !ns.reserved(at, v.Absence)) && o.faulty(rule, at) {
 			ev.class, unreserved = 2, true
@@ -83,8 +96,10 @@ func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string,
 	case SlidingLog:
 		o.admitLog(ks, ns, node, at, storeAt, cost, vlo, unreserved)
 	}
-	ks.acc.admitted += cost
-	o.countFair(ks, at, node, cost)
+	if !settled {
+		ks.acc.admitted += cost
+		o.countFair(ks, at, node, cost)
+	}
 }
 
 func (o *Oracle) admitBucket(ks *keyState, ns *nodeState, node int, at time.Duration, cost int64, vlo int, unreserved bool) {

@@ -12,6 +12,10 @@ type Checked struct {
 	Admitted                                    int // admissions, of which:
 	Lease, Fallback, Strict                     int // by mode,
 	Unreserved                                  int // fallback ones held to the node's own bound
+	// Settled counts the settlements above an estimate (Oracle.Settled),
+	// SettledTokens what they counted.
+	Settled       int
+	SettledTokens int64
 	// BeyondHorizon counts admissions checked only against part of their
 	// windows: the store's clock stepped back past what the oracle keeps
 	// of it (keepWindows store windows, logHorizon periods of a log).

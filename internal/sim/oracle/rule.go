@@ -78,6 +78,26 @@ type Rule struct {
 	// Absence is how long the store keeps a holder whose lease ended
 	// without a release; 0 means max(1 min, 30·TTL).
 	Absence time.Duration
+	// Settles: the rule's requests may be settled after their work
+	// (Oracle.Settled); its bounds then carry its debt D: MaxDebt when
+	// MaxDebtSet, else the documented default (a token bucket's burst,
+	// none for the windows and the log). Without it D is 0.
+	Settles    bool
+	MaxDebt    int64
+	MaxDebtSet bool
+}
+
+// debt is the D the rule's bounds carry.
+func (r Rule) debt() float64 {
+	switch {
+	case !r.Settles:
+		return 0
+	case r.MaxDebtSet:
+		return float64(r.MaxDebt)
+	case r.Algorithm == TokenBucket:
+		return float64(r.Burst)
+	}
+	return 0
 }
 
 // normalize fills the defaults and says what is wrong, if anything.
@@ -89,7 +109,7 @@ func (r Rule) normalize() (Rule, error) {
 		return r, fmt.Errorf("rule %s: unknown algorithm %d", r.Name, int(r.Algorithm))
 	case r.Limit <= 0 || r.Period <= 0:
 		return r, fmt.Errorf("rule %s: limit %d and period %v must be positive", r.Name, r.Limit, r.Period)
-	case r.TTL < 0 || r.Burst < 0 || r.Absence < 0:
+	case r.TTL < 0 || r.Burst < 0 || r.Absence < 0 || r.MaxDebt < 0:
 		return r, fmt.Errorf("rule %s: negative ttl, burst or absence", r.Name)
 	}
 	if r.TTL == 0 {
@@ -203,9 +223,9 @@ func (p params) max(q params) params {
 func (rs *ruleState) rateParams(v, perNode int) params {
 	ver := &rs.vers[v]
 	if perNode > 0 {
-		return params{b: ceilDiv(ver.Burst, perNode) + 1, r: ver.rate / 1e9 / float64(perNode)}
+		return params{b: ceilDiv(ver.Burst, perNode) + 1 + ver.debt()/float64(perNode), r: ver.rate / 1e9 / float64(perNode)}
 	}
-	return params{b: float64(ver.Burst), r: ver.rate / 1e9, l: float64(ver.TTL)}
+	return params{b: float64(ver.Burst) + ver.debt(), r: ver.rate / 1e9, l: float64(ver.TTL)}
 }
 
 // boundKind names a count bound over a window of admissions.
@@ -222,24 +242,26 @@ const (
 // lo, with the current version: the largest terms among lo and every later
 // version. n is the fleet size.
 func (rs *ruleState) bound(kind boundKind, lo, n int) float64 {
-	var b, r float64
+	var b, r, d float64
 	var l int64
 	for i := lo; i < len(rs.vers); i++ {
 		v := &rs.vers[i]
-		b, r, l = max(b, float64(v.Burst)), max(r, v.rate), max(l, v.Limit)
+		b, r, l, d = max(b, float64(v.Burst)), max(r, v.rate), max(l, v.Limit), max(d, v.debt())
 	}
+	// d, the rule's debt when it settles (Rule.Settles): bounds.md's
+	// "Settled costs" (l + D a window, b + ... + D a token bucket).
 	switch kind {
 	case boundSecond:
 		// n, the world's fleet: a share split below a token a node is
 		// earned in whole tokens, and each node may carry the fraction of
 		// one into the second.
-		return b + 1.1*r + 2*float64(n)
+		return b + 1.1*r + 2*float64(n) + d
 	case boundTwice:
-		return 2 * float64(l)
+		return 2 * (float64(l) + d)
 	case boundNodeLimit:
-		return ceilDiv(l, n)
+		return ceilDiv(l, n) + math.Ceil(d/float64(n))
 	}
-	return float64(l)
+	return float64(l) + d
 }
 
 func ceilDiv(a int64, n int) float64 { return float64((a + int64(n) - 1) / int64(n)) }

@@ -15,6 +15,7 @@ const (
 	evGranted
 	evReturned
 	evReleased
+	evSettled
 )
 
 // traceEv is one event of a key, kept compact: formatted only when a
@@ -66,6 +67,8 @@ func (e traceEv) String() string {
 			class = " unreserved"
 		}
 		return fmt.Sprintf("%v node %d admitted %d (%v%s, store %v)", e.at, e.node, e.n, e.mode, class, e.store)
+	case evSettled:
+		return fmt.Sprintf("%v node %d settled %d more (%v, store %v)", e.at, e.node, e.n, e.mode, e.store)
 	case evGranted:
 		return fmt.Sprintf("%v node %d granted %d + %.4g/s ttl %v (sent %v)", e.at, e.node, e.n, e.rate, e.ttl, e.store)
 	case evReturned:
