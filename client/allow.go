@@ -305,7 +305,7 @@ func (c *Client) decideStrict(ctx context.Context, rs *ruleState, r *rules.Rule,
 	a := rs.allowances.Get(r, allowanceKey, now)
 	bd, _ := a.Decide(r, c.fleetSize(), c.mgr.Windows(time.Duration(c.cfg.clock.Now().UnixNano())-now), now, n)
 	if bd.Allowed && rs.table == nil { // reported once the allocator is back
-		c.debts.add(r.Name, key, n, c.cfg.clock.Now())
+		c.debts.Add(r.Name, key, n, c.cfg.clock.Now())
 	}
 	rs.counts.decide(bd.Allowed, ModeFallback)
 	return Decision{Allowed: bd.Allowed, Limit: r.Limit, Remaining: bd.Remaining,

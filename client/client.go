@@ -33,9 +33,11 @@ type Client struct {
 	gossip  *fallback.Gossip
 	metrics *metrics
 	rtts    upstream.RoundTrips
-	debts   strictDebts // strict rules' fallback admissions, to report
-	rules   atomic.Pointer[ruleSnapshot]
-	closed  atomic.Bool
+	debts   lease.StrictDebts // strict rules' fallback admissions, to report
+	// debtsFlushing says a report of debts is on its way (reportStrict).
+	debtsFlushing atomic.Bool
+	rules         atomic.Pointer[ruleSnapshot]
+	closed        atomic.Bool
 	// slots lease concurrency rules' slots; slotTables are their rules'
 	// keys, by rule (slot.go).
 	slots      *slots.Manager

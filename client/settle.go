@@ -75,7 +75,7 @@ func (c *Client) charge(r *Reservation, n int64) error {
 	case sp.allowance != nil: // a strict rule's fallback allowance
 		got, _ := sp.allowance.Charge(rule, now, n)
 		if got > 0 && r.rs.table == nil {
-			c.debts.add(rule.Name, r.key, got, c.cfg.clock.Now())
+			c.debts.Add(rule.Name, r.key, got, c.cfg.clock.Now())
 		}
 		dropped = n - got
 	case r.Mode == ModeStrict:
@@ -119,7 +119,7 @@ func (c *Client) settleStrict(rule, key string, n int64) {
 	defer cancel()
 	_, err := c.leases.Acquire(ctx, []lease.Request{{Rule: rule, Key: key, Settled: n}})
 	if err != nil && !errors.Is(err, lease.ErrRejected) {
-		c.debts.addSettled(rule, key, n, c.cfg.clock.Now())
+		c.debts.AddSettled(rule, key, n, c.cfg.clock.Now())
 	}
 }
 

@@ -29,9 +29,9 @@ type node struct {
 	waiters    []*waiter
 	rtt        time.Duration // its measure of the round trip
 	allowances map[string]*fallback.Allowances
-	debts      []lease.Request // strict rules' fallback admissions, to report
-	late       time.Duration   // a saturated CPU: its loop runs up to this late
-	downAt     time.Duration   // when it last crashed
+	debts      lease.StrictDebts // strict rules' fallback admissions, to report (the SDK's own)
+	late       time.Duration     // a saturated CPU: its loop runs up to this late
+	downAt     time.Duration     // when it last crashed
 	// returned are the requests whose returns the oracle has been told of.
 	returned map[flightID]bool
 	slots    *slotSide // concurrency rules (slots.go); nil without any
@@ -79,7 +79,7 @@ func (n *node) boot() {
 	}
 	n.pending = map[*lease.Call]time.Duration{}
 	n.returned = map[flightID]bool{}
-	n.waiters, n.debts = nil, nil
+	n.waiters, n.debts = nil, lease.StrictDebts{}
 	n.allowances = map[string]*fallback.Allowances{}
 	n.core = lease.NewCore(lease.Config{
 		Rand: rand.New(rand.NewPCG(w.rng.Uint64(), uint64(n.i))), Logger: quiet,
@@ -284,7 +284,7 @@ func (n *node) strict(r *rules.Rule, key string, cost int64, d *settleDraw) {
 		res, _ := a.Decide(r, n.fleetSize(), n.core.Windows(time.Duration(n.clk.wall(w.now).UnixNano())-m), m, cost)
 		a.TakeConsumed(m)
 		if res.Allowed {
-			n.debts = append(n.debts, lease.Request{Rule: r.Name, Key: key, Consumed: cost})
+			n.debts.Add(r.Name, key, cost, n.clk.wall(w.now))
 			n.admitted(r.Name, key, cost, oracle.Fallback, w.store.at(w.now))
 			n.settleLater(d, settlement{rule: r.Name, key: key, est: cost, allowance: a, mode: oracle.Fallback})
 		}
@@ -314,17 +314,17 @@ func (n *node) strict(r *rules.Rule, key string, cost int64, d *settleDraw) {
 
 // reportDebts sends what strict rules admitted on fallback.
 func (n *node) reportDebts() {
-	if len(n.debts) == 0 {
+	if !n.debts.Pending() {
 		return
 	}
 	w := n.w
-	reqs := n.debts
-	n.debts = nil
+	now := n.clk.wall(w.now)
+	reqs := n.debts.Take(now)
 	gen := n.gen
 	req := lease.AcquireProto(n.id, reqs)
 	w.net.send(n.i, func() {
 		if _, err := w.alloc.acquire(req); err != nil && n.gen == gen {
-			n.debts = append(n.debts, reqs...) // reported again later
+			n.debts.Restore(reqs, now) // reported again later
 		}
 	})
 }

@@ -88,7 +88,7 @@ func (n *node) settle(s settlement, actual int64) {
 	case s.allowance != nil:
 		got, _ := s.allowance.Charge(r, m, diff)
 		if got > 0 {
-			n.debts = append(n.debts, lease.Request{Rule: s.rule, Key: s.key, Consumed: got})
+			n.debts.Add(s.rule, s.key, got, n.clk.wall(n.w.now))
 		}
 		counted = got
 	default: // a strict rule's Check: one Acquire that carries it alone
@@ -134,7 +134,7 @@ func (n *node) settleStrict(r *rules.Rule, key string, diff int64) {
 	req := lease.AcquireProto(n.id, reqs)
 	w.net.send(n.i, func() {
 		if _, err := w.alloc.acquire(req); err != nil && n.gen == gen {
-			n.debts = append(n.debts, reqs...)
+			n.debts.AddSettled(r.Name, key, diff, n.clk.wall(w.now))
 		}
 	})
 }
