@@ -9,10 +9,8 @@ import (
 
 // A caller's requests on a node, decided as the SDK decides them.
 
-// request is a caller's request on the node.
-func (n *node) request(rule, key string, cost int64) { n.requestSettled(rule, key, cost, nil) }
-
-// requestSettled is request, settled after its work by d (settle.go) when set.
+// requestSettled is a caller's request on the node, settled after its
+// work by d (settle.go) when set.
 func (n *node) requestSettled(rule, key string, cost int64, d *settleDraw) {
 	w := n.w
 	if !n.alive {
