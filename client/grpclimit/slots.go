@@ -24,19 +24,7 @@ import (
 
 // splitSlots moves the policies on concurrency rules out of i.policies.
 func (i *Interceptor) splitSlots() {
-	rate := i.policies[:0:0]
-	for _, p := range i.policies {
-		if r, ok := i.c.Rule(p.Rule); ok && r.Algorithm == "concurrency" {
-			i.slotPolicies = append(i.slotPolicies, p)
-			continue
-		}
-		rate = append(rate, p)
-	}
-	i.policies = rate
-	i.rules = i.rules[:0]
-	for _, p := range rate {
-		i.rules = append(i.rules, p.Rule)
-	}
+	i.policies, i.slotPolicies, i.rules = middleware.SplitSlots(i.c, i.policies, func(p Policy) string { return p.Rule })
 }
 
 // takeSlots takes a slot for each slot policy; a non-nil error is the

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/allot-dev/allot/client"
+	"github.com/allot-dev/allot/client/internal/middleware"
 )
 
 // A policy on a concurrency rule holds a slot of its key for the handler's
@@ -15,19 +16,7 @@ import (
 
 // splitSlots moves the policies on concurrency rules out of m.policies.
 func (m *Middleware) splitSlots() {
-	rate := m.policies[:0:0]
-	for _, p := range m.policies {
-		if r, ok := m.c.Rule(p.Rule); ok && r.Algorithm == "concurrency" {
-			m.slotPolicies = append(m.slotPolicies, p)
-			continue
-		}
-		rate = append(rate, p)
-	}
-	m.policies = rate
-	m.rules = m.rules[:0]
-	for _, p := range rate {
-		m.rules = append(m.rules, p.Rule)
-	}
+	m.policies, m.slotPolicies, m.rules = middleware.SplitSlots(m.c, m.policies, func(p Policy) string { return p.Rule })
 }
 
 // takeSlots takes a slot for each slot policy, or answers the request and
