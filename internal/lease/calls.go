@@ -87,7 +87,7 @@ func (c *Core) flush(now mono) {
 		c.flushAt = c.nextAttempt
 		return
 	}
-	if c.acquiring >= c.cfg.MaxInFlight { // an answer wakes the Core
+	if int(c.acquiring.Load()) >= c.cfg.MaxInFlight { // an answer wakes the Core
 		return
 	}
 	// Calls are paced: while many keys ask (a long tail of keys each asking
@@ -103,7 +103,7 @@ func (c *Core) flush(now mono) {
 	rest := c.pending
 	c.pending = nil
 	var batch []*KeyLease
-	for len(rest) > 0 && c.acquiring < c.cfg.MaxInFlight {
+	for len(rest) > 0 && int(c.acquiring.Load()) < c.cfg.MaxInFlight {
 		k := rest[0]
 		rest = rest[1:]
 		k.pending = false
@@ -121,7 +121,7 @@ func (c *Core) flush(now mono) {
 			}
 		}
 	}
-	if len(batch) > 0 && c.acquiring < c.cfg.MaxInFlight {
+	if len(batch) > 0 && int(c.acquiring.Load()) < c.cfg.MaxInFlight {
 		c.send(batch, now)
 		batch = nil
 	}
@@ -151,7 +151,7 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: f.held, HeldFor: f.heldFor, Seq: f.seq,
 			FallbackNodes: k.FallbackNodes(), OnFallback: f.onFallback}
 	}
-	c.acquiring++
+	c.acquiring.Add(1)
 	call := &Call{Requests: reqs, Timeout: max(c.cfg.RPCTimeout, 3*c.roundTrip()), keys: keys}
 	for _, k := range keys {
 		if k.Rule().Algorithm != rules.TokenBucket {
@@ -166,7 +166,7 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 func (c *Core) Answer(call *Call, ans Answer, err error, took, at time.Duration) {
 	defer c.announce()
 	now := monoAt(at)
-	c.acquiring--
+	c.acquiring.Add(-1)
 	if err == nil && len(ans.Grants) != len(call.keys) {
 		err = errors.New("lease: allocator answered with the wrong number of leases")
 	}
@@ -242,6 +242,7 @@ func (c *Core) failed(call *Call, err error, now mono) {
 	c.backoff = min(max(time.Duration(float64(c.backoff)*1.6), c.cfg.BackoffBase), c.cfg.BackoffMax)
 	jitter := 1 + 0.2*(2*c.rng.Float64()-1)
 	c.nextAttempt = now.Add(time.Duration(float64(c.backoff) * jitter))
+	c.downNews(c.nextAttempt, call.Timeout)
 	for _, k := range call.keys {
 		if c.stillWanted(k, now) {
 			c.schedule(k, c.nextAttempt)
@@ -317,6 +318,7 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 		// key's request 19 ms into a 250 ms backoff took the refused keys
 		// with it, to be refused again, the set growing with every call.
 		c.nextAttempt = at
+		c.downNews(at, call.Timeout)
 		for _, k := range call.keys {
 			k.solo = false
 			c.schedule(k, at)
@@ -335,6 +337,13 @@ func (c *Core) reached() { c.setReachable(true, nil) }
 // unreachable notes a call that failed with cause: the allocator is taken
 // for down until one is answered.
 func (c *Core) unreachable(cause error) { c.setReachable(false, cause) }
+
+// downNews dates the failure just noted: news until a call made at next,
+// the next attempt, would have failed too (by its deadline, timeout),
+// with as much again for a loop that runs late.
+func (c *Core) downNews(next mono, timeout time.Duration) {
+	c.downUntil.Store(int64(next.Add(2 * timeout)))
+}
 
 func (c *Core) setReachable(up bool, cause error) {
 	if c.down.Swap(!up) == up { // the state changed

@@ -24,6 +24,14 @@ type Core struct {
 	keys  atomic.Int64 // keys held, over all tables
 	over  atomic.Int64 // new keys refused at MaxKeys
 	down  atomic.Bool
+	// downUntil is how long the last failure is news (a mono instant):
+	// the next attempt's instant and its deadline. Past it with no call
+	// since, the node does not know whether the allocator is down
+	// (DownAt).
+	downUntil atomic.Int64
+	// acquiring is how many Acquire calls are out: written by the one
+	// goroutine, read by decisions (DownAt).
+	acquiring atomic.Int32
 	// fleet is the allocator's last count of live nodes.
 	fleet atomic.Int32
 	// windows is where the store's windows lie on this node's clock, as
@@ -65,7 +73,6 @@ type Core struct {
 	refused     time.Duration // backoff after calls refused as a whole
 	nextSweep   mono
 	version     string
-	acquiring   int // Acquire calls out
 	first       int // pending keys whose first request it is (callers wait)
 	calls       []*Call
 	releases    [][]Return
@@ -181,6 +188,20 @@ func (c *Core) OverCap() int64 { return c.over.Load() }
 // Safe for concurrent use.
 func (c *Core) Down() bool { return c.down.Load() }
 
+// DownAt reports whether, at now, a key may fall back for want of the
+// allocator: the last call failed, and recently enough that a call made
+// since would have failed too, or a call made since is still out (its
+// answer or failure is the next news). A node whose keys all went quiet in an
+// outage makes no call after it, and its last failure grows old: a new
+// key then waits for its first lease (which fails at once if the outage
+// goes on) rather than admit on a fallback the store never reserved,
+// next to nodes the allocator serves (a node back from a cut admitted a
+// new window key's fallback seconds after the cut ended: 6 of 5). Safe
+// for concurrent use.
+func (c *Core) DownAt(now time.Duration) bool {
+	return c.down.Load() && (monoAt(now) < mono(c.downUntil.Load()) || c.acquiring.Load() > 0)
+}
+
 // Answered returns a channel that is closed once the next Acquire answer,
 // or failure, has been applied. Safe for concurrent use.
 func (c *Core) Answered() <-chan struct{} { return *c.answered.Load() }
@@ -249,7 +270,7 @@ func (c *Core) NextWake() (time.Duration, bool) {
 	if c.sharing.len() > 0 {
 		consider(c.nextSweep)
 	}
-	if len(c.pending) > 0 && c.acquiring < c.cfg.MaxInFlight { // (else an answer wakes it)
+	if len(c.pending) > 0 && int(c.acquiring.Load()) < c.cfg.MaxInFlight { // (else an answer wakes it)
 		consider(c.flushAt)
 	}
 	if at, due := c.delayed.peek(); due {

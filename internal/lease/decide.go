@@ -70,7 +70,7 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 		a := k.fallback.Load()
 		if a == nil {
 			served := mono(k.served.Load())
-			down := c.Down()
+			down := c.DownAt(now)
 			if mutate.On(mutate.FallbackWhileServed) && served != 0 && !monoAt(now).Before(served) {
 				down = true // (the old fault: unserved at its lease's end, it falls back)
 			}
@@ -94,7 +94,7 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 				return Verdict{Fallback: true, RetryAfter: r.Lease.Refresh}
 			}
 			a = k.newAllowance(served, c.Windows(time.Duration(wall.UnixNano())-now))
-		} else if !c.Down() && !mutate.On(mutate.FallbackWhileServed|mutate.FallbackInFlight) {
+		} else if !c.DownAt(now) && !mutate.On(mutate.FallbackWhileServed|mutate.FallbackInFlight) {
 			// The allocator answers again: the key's next grant decides, and
 			// its allowance waits for it. Admitted meanwhile, past the report
 			// the allocator counts, a window would lend what the allowance
