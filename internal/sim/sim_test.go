@@ -58,6 +58,9 @@ var regressions = []uint64{
 	// A sliding log's fallback windows moved with the estimate of the
 	// store's clock: three in one period.
 	37919,
+	// A slot lease renewed with its fallback's slots still in flight kept
+	// its cap at them, above what the store granted.
+	4099, 7626, 11448, 12763, 15895, 16857, 17260, 20999, 22854, 24652, 24890, 25519,
 }
 
 // TestSeeds runs the simulator over many seeds: every bound must hold in

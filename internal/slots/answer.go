@@ -57,7 +57,7 @@ func (m *Manager) answer(c *Call, grants []Grant, err error) {
 		}
 		k.ceil.Store(ceil)
 		if st.leased(now) {
-			k.setCap(g.Granted, false, ModeLease)
+			k.setCap(g.Granted, ModeLease)
 		} else {
 			m.settle(k, now, false)
 		}

@@ -126,21 +126,17 @@ func (k *Key) RetryAfter(fallback time.Duration) time.Duration {
 	return fallback
 }
 
-// setCap sets the cap to c, or to the slots in flight if more and atLeast:
-// a lease's kept slots never drop below those in use. It returns the cap
-// set.
-func (k *Key) setCap(c int64, atLeast bool, m Mode) int64 {
+// setCap sets the cap to c, and returns it. A cap below the slots in
+// flight takes none until they drain below it: a lease's cap is never
+// raised to slots it did not lend (its fallback's, still running when the
+// lease came).
+func (k *Key) setCap(c int64, m Mode) int64 {
 	c = min(max(c, 0), inFlightMask)
 	for {
 		w := k.word.Load()
-		n := int64(w & inFlightMask)
-		next := c
-		if atLeast {
-			next = max(c, n)
-		}
-		if k.word.CompareAndSwap(w, w&^(inFlightMask<<capShift)|uint64(next)<<capShift) {
+		if k.word.CompareAndSwap(w, w&^(inFlightMask<<capShift)|uint64(c)<<capShift) {
 			k.mode.Store(uint32(m))
-			return next
+			return c
 		}
 	}
 }

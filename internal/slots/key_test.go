@@ -4,7 +4,7 @@ import "testing"
 
 func BenchmarkTakeGive(b *testing.B) {
 	k := newKey()
-	k.setCap(10, false, ModeLease)
+	k.setCap(10, ModeLease)
 	b.ReportAllocs()
 	for b.Loop() {
 		if !k.Take() {

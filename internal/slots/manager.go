@@ -282,10 +282,10 @@ func (m *Manager) settle(k *Key, now time.Duration, down bool) {
 	}
 	k.ceil.Store(math.MaxInt64)
 	if down {
-		k.setCap(fallbackCap(k.st.rule, m.cfg.Nodes()), false, ModeFallback)
+		k.setCap(fallbackCap(k.st.rule, m.cfg.Nodes()), ModeFallback)
 		return
 	}
-	k.setCap(0, false, ModeLease)
+	k.setCap(0, ModeLease)
 }
 
 // idle reports whether the key has had nothing in flight nor asked for
@@ -306,7 +306,7 @@ func (m *Manager) idle(k *Key, now time.Duration) bool {
 // force (its rule went, the node closes) it takes no more.
 func (m *Manager) drop(t *Table, k *Key, now time.Duration, force bool) (Request, bool) {
 	if force {
-		k.setCap(0, false, k.Mode())
+		k.setCap(0, k.Mode())
 	}
 	if w := k.word.Load(); w&inFlightMask > 0 || !k.word.CompareAndSwap(w, w&^(inFlightMask<<capShift)) {
 		return Request{}, false
@@ -321,8 +321,10 @@ func (m *Manager) drop(t *Table, k *Key, now time.Duration, force bool) (Request
 }
 
 // ask builds the key's request, under m.mu: the slots it would hold, and
-// those it keeps, the cap lowered to them first (never below those in
-// flight) so that none is taken beyond what the store keeps for it.
+// those it keeps, the cap lowered to them first so that none is taken
+// beyond what the store keeps for it. Slots in flight beyond them are not
+// the lease's (its fallback's, taken before the lease came: the store
+// kept none of them), and the cap is not raised to them.
 func (m *Manager) ask(k *Key, now time.Duration) Request {
 	st := &k.st
 	inFlight := k.InFlight()
@@ -332,7 +334,7 @@ func (m *Manager) ask(k *Key, now time.Duration) Request {
 	var kept int64
 	switch {
 	case st.leased(now):
-		kept = k.setCap(min(k.Cap(), st.held, want), true, ModeLease)
+		kept = k.setCap(min(k.Cap(), st.held, want), ModeLease)
 	case st.recorded(now):
 		kept = min(inFlight, st.held)
 	}
