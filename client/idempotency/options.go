@@ -12,8 +12,8 @@ import (
 )
 
 // Options configures a Middleware. Exactly one of Store, Redis and
-// RedisURL says where keys are kept; every other field's zero value means
-// its default.
+// RedisURL says where keys are kept; every other field's zero value takes
+// DefaultOptions' value, which is set and explained there.
 type Options struct {
 	// Store keeps the keys: a RedisStore, a MemoryStore, or one of your
 	// own that passes the package's conformance tests.
@@ -27,21 +27,19 @@ type Options struct {
 	RedisURL string
 
 	// KeyPrefix starts every key the middleware writes in the store, so
-	// that several services may share one Redis. default: "allot:idem:"
+	// that several services may share one Redis.
 	KeyPrefix string
 
 	// Header names the request field that holds the key.
-	// default: "Idempotency-Key", the IETF draft's name
 	Header string
 	// Methods are those whose requests take a key; others pass through
 	// untouched, as do requests without the field (see Require).
-	// default: POST and PATCH (PUT and DELETE are idempotent already)
 	Methods []string
 	// Require refuses a request of Methods without a key with 400 Bad
 	// Request, instead of serving it unprotected. default: false
 	Require bool
 	// MaxKeyLength is the longest key taken, in bytes; a longer one is
-	// refused with 400. default: 255
+	// refused with 400.
 	MaxKeyLength int
 
 	// Scope is the caller the key belongs to, e.g. the authenticated
@@ -60,40 +58,36 @@ type Options struct {
 	FingerprintHeaders []string
 	// MaxRequestBytes bounds the request body the middleware reads to
 	// fingerprint it; a keyed request with a larger body is refused with
-	// 413 Content Too Large before anything runs. default: 8 MiB
+	// 413 Content Too Large before anything runs.
 	MaxRequestBytes int64
 	// MaxResponseBytes bounds the body stored for a replay. A larger
 	// response still reaches its client, and the key stays spent: a retry
 	// gets 409 saying the response was not kept, never a second run.
-	// default: 1 MiB
 	MaxResponseBytes int
 
-	// TTL is how long a stored response is replayed. default: 24 hours,
-	// as the draft suggests
+	// TTL is how long a stored response is replayed.
 	TTL time.Duration
 	// LockTTL is how long a running request's claim lasts unless its
 	// process renews it; the middleware renews it every LockTTL/3 while
 	// the handler runs. A process that crashes mid-handler holds the key
 	// for at most LockTTL, and a retry after that runs the handler again.
-	// default: 30 seconds
 	LockTTL time.Duration
 	// Wait is how long a duplicate of a running request waits for it to
 	// end (and then gets its response) before it is answered 409 Conflict.
 	// default: 0, answer 409 at once
 	Wait time.Duration
 	// PollInterval is how often a waiting duplicate asks the store again.
-	// default: 50 ms
 	PollInterval time.Duration
 
 	// Retryable reports whether a response releases the key rather than
-	// being stored, so that a retry runs the handler again.
-	// default: 5xx and 429 (the request was not done, or not all of it)
+	// being stored, so that a retry runs the handler again: by default,
+	// 5xx and 429.
 	Retryable func(status int) bool
 	// FailOpen serves a request the store cannot claim a key for (Redis
 	// down) as if it had no key, and logs it. default: false, refuse it
 	// with 503, since serving it could run it twice
 	FailOpen bool
-	// StoreTimeout bounds each call to the store. default: 2 seconds
+	// StoreTimeout bounds each call to the store.
 	StoreTimeout time.Duration
 
 	// Logger receives store failures, a few a minute at most.
@@ -101,18 +95,25 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Defaults, each with its reason.
-const (
-	DefaultHeader           = "Idempotency-Key" // draft-ietf-httpapi-idempotency-key-header
-	DefaultKeyPrefix        = "allot:idem:"
-	DefaultMaxKeyLength     = 255              // a UUID is 36; room for a client's own scheme
-	DefaultMaxRequestBytes  = 8 << 20          // what an API's POST usually allows
-	DefaultMaxResponseBytes = 1 << 20          // a Redis value of 1 MiB is still cheap to move
-	DefaultTTL              = 24 * time.Hour   // the draft's suggestion; longer than any client's retries
-	DefaultLockTTL          = 30 * time.Second // renewed while running: only a crash waits it out
-	DefaultPollInterval     = 50 * time.Millisecond
-	DefaultStoreTimeout     = 2 * time.Second
-)
+// DefaultOptions is what a zero field of Options takes, each value with
+// its reason; what it leaves unset (the store, Require, Scope,
+// FingerprintHeaders, Wait, FailOpen) is off until set.
+func DefaultOptions() Options {
+	return Options{
+		KeyPrefix:        "allot:idem:",                               // several services may share one Redis
+		Header:           "Idempotency-Key",                           // draft-ietf-httpapi-idempotency-key-header's name
+		Methods:          []string{http.MethodPost, http.MethodPatch}, // PUT and DELETE are idempotent already
+		MaxKeyLength:     255,                                         // a UUID is 36; room for a client's own scheme
+		MaxRequestBytes:  8 << 20,                                     // what an API's POST usually allows
+		MaxResponseBytes: 1 << 20,                                     // a Redis value of 1 MiB is still cheap to move
+		TTL:              24 * time.Hour,                              // the draft's suggestion; longer than any client's retries
+		LockTTL:          30 * time.Second,                            // renewed while running: only a crash waits it out
+		PollInterval:     50 * time.Millisecond,                       // a waiting duplicate learns of the end within a few ms of a typical handler's run
+		Retryable:        defaultRetryable,                            // the request was not done, or not all of it
+		StoreTimeout:     2 * time.Second,                             // a Redis across a region still answers; a hung one fails the request, not the service
+		Logger:           slog.Default(),
+	}
+}
 
 // withDefaults is opts with every zero field set, checked. A field out of
 // range is an error naming it.
@@ -126,15 +127,16 @@ func (o Options) withDefaults() (Options, error) {
 	if stores != 1 {
 		return o, fmt.Errorf("idempotency: Options: set exactly one of Store, Redis and RedisURL (%d set)", stores)
 	}
+	d := DefaultOptions()
 	if o.KeyPrefix == "" {
-		o.KeyPrefix = DefaultKeyPrefix
+		o.KeyPrefix = d.KeyPrefix
 	}
 	if o.Header == "" {
-		o.Header = DefaultHeader
+		o.Header = d.Header
 	}
 	o.Header = textproto.CanonicalMIMEHeaderKey(o.Header)
 	if o.Methods == nil {
-		o.Methods = []string{http.MethodPost, http.MethodPatch}
+		o.Methods = d.Methods
 	}
 	hdrs := make([]string, len(o.FingerprintHeaders))
 	for i, h := range o.FingerprintHeaders {
@@ -142,20 +144,20 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	o.FingerprintHeaders = hdrs
 	if o.Retryable == nil {
-		o.Retryable = defaultRetryable
+		o.Retryable = d.Retryable
 	}
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = d.Logger
 	}
 	var errs []error
-	setInt(&o.MaxKeyLength, DefaultMaxKeyLength, "MaxKeyLength", &errs)
-	setInt(&o.MaxRequestBytes, DefaultMaxRequestBytes, "MaxRequestBytes", &errs)
-	setInt(&o.MaxResponseBytes, DefaultMaxResponseBytes, "MaxResponseBytes", &errs)
-	setInt(&o.TTL, DefaultTTL, "TTL", &errs)
-	setInt(&o.LockTTL, DefaultLockTTL, "LockTTL", &errs)
+	setInt(&o.MaxKeyLength, d.MaxKeyLength, "MaxKeyLength", &errs)
+	setInt(&o.MaxRequestBytes, d.MaxRequestBytes, "MaxRequestBytes", &errs)
+	setInt(&o.MaxResponseBytes, d.MaxResponseBytes, "MaxResponseBytes", &errs)
+	setInt(&o.TTL, d.TTL, "TTL", &errs)
+	setInt(&o.LockTTL, d.LockTTL, "LockTTL", &errs)
 	setInt(&o.Wait, 0, "Wait", &errs)
-	setInt(&o.PollInterval, DefaultPollInterval, "PollInterval", &errs)
-	setInt(&o.StoreTimeout, DefaultStoreTimeout, "StoreTimeout", &errs)
+	setInt(&o.PollInterval, d.PollInterval, "PollInterval", &errs)
+	setInt(&o.StoreTimeout, d.StoreTimeout, "StoreTimeout", &errs)
 	if o.LockTTL > 0 && o.LockTTL < 3*time.Millisecond {
 		errs = append(errs, fmt.Errorf("LockTTL is %v; at least 3ms, since it is renewed every third", o.LockTTL))
 	}
