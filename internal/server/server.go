@@ -65,10 +65,9 @@ type Server struct {
 	live     *liveNodes
 }
 
-// DefaultStoreTimeout is Config.StoreTimeout's default: well under a
-// node's lease call timeout, so that a call on a dead store fails in time
-// for the node to try another allocator.
-const DefaultStoreTimeout = 100 * time.Millisecond
+// DefaultStoreTimeout is Config.StoreTimeout's default, the store's
+// (store.DefaultCallTimeout says why).
+const DefaultStoreTimeout = store.DefaultCallTimeout
 
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {

@@ -55,13 +55,21 @@ type RedisOptions struct {
 	Clock clock.Clock
 }
 
+// DefaultCallTimeout bounds a store call unless told otherwise (the
+// allocator's --store-timeout; the server's and the Redis store's
+// default): a Redis nearby answers in a millisecond, so a dead or hung one
+// costs a call this, not seconds, and well under a node's lease call
+// timeout, so that a call on a dead store fails in time for the node to
+// try another allocator.
+const DefaultCallTimeout = 100 * time.Millisecond
+
 // DefaultRedisOptions is what a zero field of RedisOptions takes, each
 // value with its reason. The allocator passes its own --store-timeout.
 func DefaultRedisOptions() RedisOptions {
 	return RedisOptions{
-		Timeout:   50 * time.Millisecond, // a Redis nearby answers in a millisecond: a dead or hung one costs a call this, not seconds
-		KeyPrefix: "allot",               // a Redis shared with others tells Allot's keys by their start
-		MaxKeys:   DefaultRedisMaxKeys,   // its doc says why
+		Timeout:   DefaultCallTimeout,  // its doc says why
+		KeyPrefix: "allot",             // a Redis shared with others tells Allot's keys by their start
+		MaxKeys:   DefaultRedisMaxKeys, // its doc says why
 		Clock:     clock.Real(),
 	}
 }

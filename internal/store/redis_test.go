@@ -409,7 +409,7 @@ func timed(t *testing.T, what string, bound time.Duration, f func() error) {
 // script cache lost) serves again with no help, through the NOSCRIPT path.
 func TestRedisRestart(t *testing.T) {
 	srv := redistest.Start(t)
-	s := dialRedis(t, srv.URL(), store.RedisOptions{})
+	s := dialRedis(t, srv.URL(), store.RedisOptions{Timeout: 50 * time.Millisecond})
 	ctx := context.Background()
 	tb, fw, sw := slowRule(t, rules.TokenBucket, 10), slowRule(t, rules.FixedWindow, 10), slowRule(t, rules.SlidingWindow, 10)
 	log := slowRule(t, rules.SlidingLog, 10)
@@ -465,7 +465,7 @@ func TestRedisRestart(t *testing.T) {
 // (SIGSTOP) costs the store timeout, not a hang.
 func TestRedisHung(t *testing.T) {
 	srv := redistest.Start(t)
-	s := dialRedis(t, srv.URL(), store.RedisOptions{})
+	s := dialRedis(t, srv.URL(), store.RedisOptions{Timeout: 50 * time.Millisecond})
 	ctx := context.Background()
 	r := slowRule(t, rules.TokenBucket, 10)
 	reqs := []store.AcquireRequest{{Rule: r, Key: "k", Node: "n", Want: 1}}
