@@ -204,7 +204,7 @@ func TestAllowAllSpendsAllOrNothing(t *testing.T) {
 }
 
 // A cold start with no allocator: rules from Config, decisions from the
-// fallback share; failure: closed rules deny.
+// fallback allowance; failure: closed rules deny.
 func TestNoAllocatorFallsBack(t *testing.T) {
 	c := newClient(t, client.Config{
 		Allocators: []string{deadAddr(t)}, Nodes: 4,
@@ -259,7 +259,7 @@ func TestColdStartWithoutRulesFails(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("New took %v to fail; StartTimeout is 50ms", took)
 	}
-	// The same with rules of its own starts, on its fallback share.
+	// The same with rules of its own starts, on its fallback allowance.
 	c = newClient(t, client.Config{Allocators: []string{deadAddr(t)}, StartTimeout: 50 * time.Millisecond,
 		Rules: []client.Rule{{Name: "own", Algorithm: "token_bucket", Limit: 10, Period: time.Hour}}})
 	if d, err := c.AllowN(context.Background(), "own", "k", 1); err != nil || !d.Allowed || d.Mode != client.ModeFallback {

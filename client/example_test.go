@@ -36,7 +36,7 @@ func Example() {
 	defer c.Close()
 
 	// api-per-key: 1,000 a minute in bursts of 200. Until its first lease
-	// arrives a new key is served from this node's fallback share.
+	// arrives a new key is served from this node's fallback allowance.
 	ctx := context.Background()
 	admitted := 0
 	for range 250 {
@@ -75,7 +75,7 @@ func ExampleClient_AllowN() {
 
 func ExampleClient_AllowAll() {
 	// A node can start with rules of its own and no allocator at all: it
-	// then decides from its fallback share, limit/N.
+	// then decides from its fallback allowance, limit/N.
 	c, _ := client.New(client.Config{
 		Allocators: []string{"127.0.0.1:1"}, Nodes: 1, StartTimeout: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

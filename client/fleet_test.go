@@ -320,7 +320,7 @@ func TestFleetSurvivesAllocatorRestart(t *testing.T) {
 		t.Fatalf("admitted %d while the allocator was down, above burst + rate·down + a quarter second of leases = %.0f", admittedDown, strict)
 	}
 	if float64(admittedDown) < 0.7*r.Rate()*down {
-		t.Fatalf("admitted %d while down: the fallback share (limit/8 per node) should keep about %.0f", admittedDown, r.Rate()*down)
+		t.Fatalf("admitted %d while down: the fallback allowance (limit/8 per node) should keep about %.0f", admittedDown, r.Rate()*down)
 	}
 	if l.fallback[4].Load() == 0 {
 		t.Fatal("no fallback decisions while the allocator was down")
@@ -395,7 +395,7 @@ rules:
 	}
 }
 
-// What a strict rule admits on its fallback share while the allocator is
+// What a strict rule admits on its fallback allowance while the allocator is
 // down is debited once it is back. Before, it was never reported: the key
 // had its whole limit again after the outage.
 func TestStrictFallbackIsReported(t *testing.T) {
@@ -416,7 +416,7 @@ rules:
 		}
 	}
 	if admitted != 5 {
-		t.Fatalf("admitted %d of 5 on the fallback share (10 an hour on one node)", admitted)
+		t.Fatalf("admitted %d of 5 on the fallback allowance (10 an hour on one node)", admitted)
 	}
 	f.startAllocator(f.addr)
 	deadline := time.Now().Add(5 * time.Second)

@@ -177,7 +177,7 @@ func (c *Client) leaseHooks() lease.Hooks {
 				return
 			}
 			m.reachable.Set(0)
-			c.logMode("allot: allocator unreachable: keys without lease tokens use their fallback share (limit/N)",
+			c.logMode("allot: allocator unreachable: keys without lease tokens use their fallback allowance (limit/N)",
 				"nodes", c.fleetSize(), "err", cause)
 		},
 		RulesVersion: func(v string) {

@@ -36,7 +36,7 @@ type SlotError struct {
 	// RetryAfter is the time a slot of the key is held, as this node has
 	// observed it: by then, on average, every slot has turned over.
 	RetryAfter time.Duration
-	// Mode says whether the node's lease (ModeLease) or its fallback share
+	// Mode says whether the node's lease (ModeLease) or its fallback allowance
 	// of limit/N in flight (ModeFallback) refused.
 	Mode Mode
 }

@@ -157,7 +157,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// The service has no rules of its own: New waits a second for an
 	// allocator's and fails without them (client.ErrNoRules), so the
 	// service does not start unlimited. Once running, it decides on its
-	// fallback share while the allocators are down.
+	// fallback allowance while the allocators are down.
 	reg := newRegistry()
 	c, err := client.New(client.Config{Allocators: o.allocators, NodeID: o.nodeID, TLS: tlsConfig, Token: token,
 		Logger: log, Registerer: reg})

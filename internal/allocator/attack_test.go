@@ -117,7 +117,7 @@ func TestAttackReleaseDuplicates(t *testing.T) {
 
 // A consumption report of 2^40 on a key three real nodes hold: before, it
 // put the key a whole capacity in debt and its users were denied for 12 s.
-// Now it stops at the reporter's fallback share, a quarter of the burst
+// Now it stops at the reporter's fallback allowance, a quarter of the burst
 // here, as if it had admitted its share: the users wait what that costs.
 func TestAttackHugeConsumption(t *testing.T) {
 	api, set := attackAllocator(t)

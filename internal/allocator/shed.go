@@ -21,7 +21,7 @@ import (
 // over a bound is answered ResourceExhausted at once: no queue forms, so a
 // flood costs the allocator a counter and a status, and one flooding node
 // cannot take the slots of the others. Nodes take ResourceExhausted as
-// "allocator unreachable" and use their fallback share until it passes.
+// "allocator unreachable" and use their fallback allowance until it passes.
 type shedder struct {
 	max, perNode int // <= 0: no bound
 

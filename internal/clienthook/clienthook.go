@@ -13,6 +13,6 @@ var setClock func(cfg any, clk clock.Clock)
 func Register(set func(cfg any, clk clock.Clock)) { setClock = set }
 
 // SetClock makes clk the clock of cfg, a *client.Config: its leases,
-// fallback shares, timers and rate-limited logs all read it. Without one a
+// fallback allowances, timers and rate-limited logs all read it. Without one a
 // client runs on the machine's clock.
 func SetClock(cfg any, clk clock.Clock) { setClock(cfg, clk) }

@@ -53,7 +53,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 type Failure int
 
 const (
-	// FailOpen admits at the node's fallback share, limit/N.
+	// FailOpen admits at the node's fallback allowance, limit/N.
 	FailOpen Failure = iota + 1
 	// FailClosed denies: for security limits (logins, password resets).
 	FailClosed
@@ -110,8 +110,8 @@ type LeaseTuning struct {
 }
 
 // Absence is how long the store keeps a holder whose lease ended without a
-// Release (it crashed, or it is cut off and admits on its fallback share):
-// while it is absent its fallback share stays reserved, so that what it
+// Release (it crashed, or it is cut off and admits on its fallback allowance):
+// while it is absent its fallback allowance stays reserved, so that what it
 // admits there is not admitted again by the rest of the fleet
 // (docs/bounds.md, rule 4). A minute covers the outages worth riding out,
 // and 30 TTLs keeps it long against a long lease, whose holders renew less

@@ -137,7 +137,7 @@ func sortedSum(xs []float64) float64 {
 // never forgiven, or the tokens a node admitted on its fallback would be
 // admitted again by the rest of the fleet; what the store reserved for the
 // node while it was absent covers its part (core_absence.go). What one
-// report can debit is bounded by what the node's fallback share could have
+// report can debit is bounded by what the node's fallback allowance could have
 // admitted (capConsumed). A window takes consumption that began in it, up
 // to 2x its limit; what began in a window that has ended is dropped with
 // that window.

@@ -10,7 +10,7 @@ import (
 // Absent holders, part of the reference semantics (see core.go;
 // docs/bounds.md, rule 4). A holder whose lease ends without a Release
 // (until ≤ now) has crashed, or is cut off from the allocator and admits
-// on its fallback share, which starts where its lease ended: a token
+// on its fallback allowance, which starts where its lease ended: a token
 // bucket's r/n, a window's l/n a window, n being the holder count the
 // store last told it. The store keeps it as absent for an absence
 // (absenceUS) and reserves that share, so that what it admits there is

@@ -130,7 +130,7 @@ func (st *state) ceiling(r *rules.Rule, now int64, node string, own float64) flo
 // fullness tells a holder's request how much of the rule's rate the bucket
 // could not hold before the request arrived: it had been full for fullFor
 // µs then (full, from refill), and for fullInTTL µs at least, in all, of
-// the TTL before. While it was full, what a node's fallback share earned
+// the TTL before. While it was full, what a node's fallback allowance earned
 // was refill the bucket lost, so the node may keep it; the rest of what the
 // share admitted while the request was on its way the bucket earned too
 // and lent to others, and the node owes it (lease.Manager.oweInFlight).

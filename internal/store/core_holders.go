@@ -53,7 +53,7 @@ func (st *state) hold(r *rules.Rule, node string, want int64, wantRate float64, 
 	return others, count, told
 }
 
-// maxFallbackNodes is what a holder the others' fallback shares leave no
+// maxFallbackNodes is what a holder the others' fallback allowances leave no
 // room for is told to divide by: its fallback admits nothing.
 const maxFallbackNodes = math.MaxInt32
 
@@ -133,7 +133,7 @@ func (h heldReport) bound(can float64) float64 {
 }
 
 // capConsumed bounds what a node reports as admitted without a lease by
-// what its fallback share could have admitted since age ago: the burst and
+// what its fallback allowance could have admitted since age ago: the burst and
 // the rate divided over the key's holders, absent ones and the node
 // counted, or by what the store last told the node's fallback to divide
 // by if fewer (the first holder of a cold fleet, told 1, may admit the

@@ -22,7 +22,7 @@ import (
 // the lease manager makes them: a sequence number past 2^31, a wanted rate
 // that is no short decimal, fractional tokens. MEMORY USAGE is the same on
 // every run of one Redis version for one layout; measured on Redis 7.0: 152
-// B with one holder, 472 B with eight, seven of them told no fallback share
+// B with one holder, 472 B with eight, seven of them told no fallback allowance
 // as they joined one by one (2^31-1: 4 B more each than a small count; 408
 // B before) (the hashes of text fields of before
 // took 592 B and 1,462 B: a holder's field passed 64 bytes and the hash left

@@ -60,7 +60,7 @@ type AcquireRequest struct {
 	// into a debt of at most the rule's (core_debt.go).
 	Settled int64
 	// For a strict rule a request only reports consumption (Want, WantRate
-	// and Returned are 0): what the node admitted on its fallback share
+	// and Returned are 0): what the node admitted on its fallback allowance
 	// while the allocator could not decide.
 	//
 	// Seq is the node's sequence number for this (rule, key), 0 for none.

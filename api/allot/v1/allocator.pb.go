@@ -208,7 +208,7 @@ type LeaseRequest struct {
 	// share, for a holder whose lease ended without a release, until its
 	// next request after the one that came back reporting consumption: what
 	// it admitted while that one was on its way is covered too); the age
-	// bounds the debit by what the node's fallback share could have admitted
+	// bounds the debit by what the node's fallback allowance could have admitted
 	// in that time (counted up to the lease's absence, a minute or 30 TTLs).
 	// A window rule drops consumption that began in a window that has ended.
 	ConsumedAge *durationpb.Duration `protobuf:"bytes,5,opt,name=consumed_age,json=consumedAge,proto3" json:"consumed_age,omitempty"`
@@ -239,7 +239,7 @@ type LeaseRequest struct {
 	Held *int64 `protobuf:"varint,10,opt,name=held,proto3,oneof" json:"held,omitempty"`
 	// What this node's fallback divides the rule by for this key, at the
 	// least, until this request's answer arrives: the fallback_nodes of its
-	// last lease on the key. The allocator counts the node's fallback share
+	// last lease on the key. The allocator counts the node's fallback allowance
 	// as the larger of the two it may use while the answer is on its way
 	// (see Lease.fallback_nodes). 0: none yet, or a node before this field
 	// (taken to divide by what it was told last).
@@ -247,7 +247,7 @@ type LeaseRequest struct {
 	// The node sent this request while it took the allocator for
 	// unreachable (its calls had failed), and may admit on its fallback
 	// until the answer arrives. A holder whose lease had ended then keeps its
-	// fallback share reserved until its next request, as one that reports
+	// fallback allowance reserved until its next request, as one that reports
 	// consumption does (see consumed_age): what its fallback admits while
 	// this request is on its way is not lent to the others meanwhile. False
 	// from a node before this field, which is then taken to be back only
@@ -258,7 +258,7 @@ type LeaseRequest struct {
 	// held to pay them with. Debited in full, as a debt the key's refill
 	// repays, down to the rule's max_debt below empty: a token bucket goes
 	// at most max_debt below zero, a window counts at most its limit plus
-	// max_debt. Unlike consumed, not bounded by the node's fallback share.
+	// max_debt. Unlike consumed, not bounded by the node's fallback allowance.
 	// On a strict rule, an Acquire may carry it alone. 0 from a node before
 	// this field.
 	Settled int64 `protobuf:"varint,13,opt,name=settled,proto3" json:"settled,omitempty"`
@@ -498,7 +498,7 @@ type Lease struct {
 	// worthwhile. Zero otherwise.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// Nodes that hold or recently held a lease on this key, this one included.
-	// Nodes use it to size their fallback share (limit / holders).
+	// Nodes use it to size their fallback allowance (limit / holders).
 	Holders uint32 `protobuf:"varint,6,opt,name=holders,proto3" json:"holders,omitempty"`
 	// The rule's limit (tokens per period).
 	Limit int64 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -518,7 +518,7 @@ type Lease struct {
 	// Token buckets: when the request arrived, the central bucket had been
 	// full for full_for, and for full_in_ttl at least, in all, of the lease
 	// TTL before. While it was full it lost its refill, so what the node's
-	// fallback share (limit/N) earned meanwhile while the request was on its
+	// fallback allowance (limit/N) earned meanwhile while the request was on its
 	// way passes no limit; so does what it earned on the way back, up to the
 	// rate lent, which the bucket stopped earning on arrival. The rest of
 	// what that share admitted in flight the bucket earned too, and the node
@@ -528,7 +528,7 @@ type Lease struct {
 	FullFor   *durationpb.Duration `protobuf:"bytes,11,opt,name=full_for,json=fullFor,proto3" json:"full_for,omitempty"`
 	FullInTtl *durationpb.Duration `protobuf:"bytes,12,opt,name=full_in_ttl,json=fullInTtl,proto3" json:"full_in_ttl,omitempty"`
 	// What the node's fallback divides the rule by for this key, at least:
-	// holders, or more while the fallback shares the allocator has told the
+	// holders, or more while the fallback allowances the allocator has told the
 	// key's holders would otherwise sum above the rule (a holder told of
 	// fewer, as the first of a cold fleet is, keeps its larger share until
 	// it asks again; one that the others' shares leave no room for is told

@@ -10,12 +10,12 @@ import (
 )
 
 // Absent holders (docs/bounds.md, rule 4): a holder whose lease ended
-// without a release is kept for an absence, its fallback share reserved,
+// without a release is kept for an absence, its fallback allowance reserved,
 // and what it reports having admitted on it is covered by the reservation
 // when it comes back. These tests count exact instants: fake clock only.
 
 // absentAt leaves node "a" absent on key of r from its lease's end, told
-// of 2 holders in its last lease (so its fallback share is a half), and
+// of 2 holders in its last lease (so its fallback allowance is a half), and
 // the key with no other holder: "b" came first and released. Each asks
 // twice, so that each is told 2 (b, first, is told 1, and a, with b's
 // whole share outstanding, none, until they ask again).

@@ -85,7 +85,7 @@ func testShareWithholdsRefill(t *testing.T, h Harness) {
 }
 
 // A share ends with its lease. Its holder, gone without a release, is
-// absent: its fallback share (the rate over the 2 holders it was told of)
+// absent: its fallback allowance (the rate over the 2 holders it was told of)
 // is reserved, and the bucket earns the rest of the rate. (Each asks
 // twice, so that each is told 2: see absentAt.)
 func testShareEndsWithLease(t *testing.T, h Harness) {
@@ -174,7 +174,7 @@ func testAcquireIsIdempotent(t *testing.T, h Harness) {
 }
 
 // An Acquire on a strict rule only reports consumption: what a node
-// admitted on its fallback share while the allocator could not decide is
+// admitted on its fallback allowance while the allocator could not decide is
 // debited, nothing is lent, and the node is not a holder.
 func testStrictConsumptionIsReported(t *testing.T, h Harness) {
 	s := h.New(t)

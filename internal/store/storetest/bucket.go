@@ -43,7 +43,7 @@ func testBucketConsumed(t *testing.T, h Harness) {
 
 func testBucketDebt(t *testing.T, h Harness) {
 	s, r := h.New(t), bucketRule(t, 100)
-	// Each report stops at the node's fallback share (the capacity over
+	// Each report stops at the node's fallback allowance (the capacity over
 	// the holders, the reporter counted): a node alone empties the bucket.
 	acquire(t, s, r, "k", "n1", 0, 1_000_000)
 	if d := debtWait(t, s, r, "k"); d < 23*time.Hour || d > 25*time.Hour {

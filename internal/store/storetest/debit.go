@@ -9,7 +9,7 @@ import (
 )
 
 // Consumption a node admitted outside a lease is debited in full however
-// late it is reported (docs/design.md, guarantee 4), up to what its fallback share
+// late it is reported (docs/design.md, guarantee 4), up to what its fallback allowance
 // could have admitted: the capacity and the rate divided over the key's
 // holders, the rate counted for at most an absence.
 

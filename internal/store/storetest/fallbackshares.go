@@ -9,7 +9,7 @@ import (
 	"github.com/allot-dev/allot/internal/store"
 )
 
-// The fallback shares the store tells a key's holders (Lease.FallbackNodes:
+// The fallback allowances the store tells a key's holders (Lease.FallbackNodes:
 // what each one's fallback divides the rule by) never sum above the rule,
 // each counted at the least it may use until its next request: the count
 // it was told, or the count it said it used when it sent, if fewer. The

@@ -9,7 +9,7 @@ import (
 
 // testBucketFullness: a lease says how long the central bucket had been
 // full when the request arrived, and how much of the TTL before, which is
-// what a node may keep of what its fallback share admitted while the
+// what a node may keep of what its fallback allowance admitted while the
 // request was on its way (lease.Manager.oweInFlight).
 func testBucketFullness(t *testing.T, h Harness) {
 	s, r := h.New(t), bucketRule(t, 10)

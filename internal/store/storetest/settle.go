@@ -9,7 +9,7 @@ import (
 )
 
 // Settled costs (AcquireRequest.Settled) are taken in full into a debt of
-// at most the rule's max debt: not bounded by the node's fallback share as
+// at most the rule's max debt: not bounded by the node's fallback allowance as
 // consumption is, and never past the debt.
 
 // within reports whether d is in [lo, hi].
