@@ -61,6 +61,9 @@ var regressions = []uint64{
 	// A slot lease renewed with its fallback's slots still in flight kept
 	// its cap at them, above what the store granted.
 	4099, 7626, 11448, 12763, 15895, 16857, 17260, 20999, 22854, 24652, 24890, 25519,
+	// A node above its slot share, after a reload lowered the limit, had
+	// the slots it gave up back with each renewal's answer.
+	3127, 7844, 10523, 10638, 11440, 14466, 15872, 16216, 16412, 17402, 20677, 22776, 23112,
 }
 
 // TestSeeds runs the simulator over many seeds: every bound must hold in

@@ -146,6 +146,13 @@ func (n *node) slotAnswer(gen int, c *slots.Call, resp *allotv1.AcquireResponse,
 		w.tracef("node %d: slot call of %d failed: %v", n.i, len(c.Requests), err)
 	}
 	s.m.Answer(c, grants, err)
+	for _, r := range c.Requests {
+		if t := s.tables[r.Rule]; t != nil {
+			if k := t.Lookup(r.Key); k != nil {
+				w.tracef("node %d: %s/%s slots cap %d in flight %d mode %d", n.i, r.Rule, r.Key, k.Cap(), k.InFlight(), k.Mode())
+			}
+		}
+	}
 	n.wakeSlotWaiters()
 }
 

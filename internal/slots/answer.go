@@ -57,7 +57,11 @@ func (m *Manager) answer(c *Call, grants []Grant, err error) {
 		}
 		k.ceil.Store(ceil)
 		if st.leased(now) {
-			k.setCap(g.Granted, ModeLease)
+			// The slots given up while the request was on its way were
+			// among those it kept: the grant keeps them for the node, and
+			// does not bring them back, or a node above its share would
+			// drain only between an answer and its next request.
+			k.setCap(g.Granted-(k.givenUp.Load()-st.givenUp), ModeLease)
 		} else {
 			m.settle(k, now, false)
 		}

@@ -31,6 +31,7 @@ type Key struct {
 	// above it shrinks the cap, giving the slot up rather than back to
 	// the lease, so that a node above its share drains to it.
 	ceil    atomic.Int64
+	givenUp atomic.Int64  // slots given up so, ever: the loop tells a call's answer those since it was sent
 	peak    atomic.Int64  // most in flight since the loop last looked (0: no take)
 	refused atomic.Int64  // takes refused since the loop last looked
 	mode    atomic.Uint32 // Mode of the cap
@@ -95,10 +96,14 @@ func (k *Key) Give() {
 	for {
 		w := k.word.Load()
 		next := w + giveOne
-		if int64(capOf(w)) > ceil {
+		up := int64(capOf(w)) > ceil
+		if up {
 			next -= 1 << capShift
 		}
 		if k.word.CompareAndSwap(w, next) {
+			if up {
+				k.givenUp.Add(1)
+			}
 			return
 		}
 	}

@@ -338,7 +338,7 @@ func (m *Manager) ask(k *Key, now time.Duration) Request {
 	case st.recorded(now):
 		kept = min(inFlight, st.held)
 	}
-	st.asking, st.sent = true, now
+	st.asking, st.sent, st.givenUp = true, now, k.givenUp.Load()
 	return Request{Rule: st.rule.Name, Key: st.name, Want: max(want, kept), Kept: kept}
 }
 
