@@ -233,8 +233,9 @@ func (s *Redis) loadScripts() error {
 
 // luaScript is one algorithm's script: common.lua followed by the
 // algorithm's file and, for the algorithms that lease, lease.lua and the
-// algorithm's lease file, so that the shared helpers exist once in the
-// source tree. A call of checks ends at the end of the algorithm's file and
+// algorithm's lease file (and for the windows window_lease.lua, their
+// acquire sequence), so that the shared helpers exist once in the source
+// tree. A call of checks ends at the end of the algorithm's file and
 // makes none of the lease part's closures.
 type luaScript struct {
 	name string
@@ -260,6 +261,8 @@ var (
 	luaSlidingWindow string
 	//go:embed lua/sliding_window_lease.lua
 	luaSlidingWindowLease string
+	//go:embed lua/window_lease.lua
+	luaWindowLease string
 	//go:embed lua/sliding_log.lua
 	luaSlidingLog string
 	//go:embed lua/concurrency.lua
@@ -279,8 +282,8 @@ var (
 // token.
 var scripts = [...]*luaScript{
 	rules.TokenBucket:   newLuaScript("token_bucket", "tb3", luaTokenBucket, luaLease, luaTokenBucketLease),
-	rules.FixedWindow:   newLuaScript("fixed_window", "fw3", luaFixedWindow, luaLease, luaFixedWindowLease),
-	rules.SlidingWindow: newLuaScript("sliding_window", "sw3", luaSlidingWindow, luaLease, luaSlidingWindowLease),
+	rules.FixedWindow:   newLuaScript("fixed_window", "fw3", luaFixedWindow, luaLease, luaFixedWindowLease, luaWindowLease),
+	rules.SlidingWindow: newLuaScript("sliding_window", "sw3", luaSlidingWindow, luaLease, luaSlidingWindowLease, luaWindowLease),
 	rules.SlidingLog:    newLuaScript("sliding_log", "sl2", luaSlidingLog),
 	// cc1: a concurrency key's holders (core_concurrency.go).
 	rules.Concurrency: newLuaScript("concurrency", "cc1", luaConcurrency),

@@ -1,5 +1,5 @@
 -- fixed_window.lua: checkWindow of core_window.go for fixed windows, and what
--- their checks and leases share (fixed_window_lease.lua holds the rest). State
+-- their checks and leases share (fixed_window_lease.lua and window_lease.lua hold the rest). State
 -- (see common.lua): t (count of the current window), s (the window index), x
 -- (expiry) and the holders; p is 0, or a calendar window's end. A check reads the holders too: it admits
 -- no more than a lease would lend, with the absent holders' part kept back.
@@ -50,8 +50,9 @@ local function check(now, cost)
   return { allowed, remaining, retry, stop - at }
 end
 
--- A call of checks ends here. A call of leases goes on with lease.lua and
--- fixed_window_lease.lua, which redis.go appends.
+-- A call of checks ends here. A call of leases goes on with lease.lua,
+-- fixed_window_lease.lua and window_lease.lua, which redis_scripts.go
+-- appends.
 if ARGV[1] == 'c' then
   return dispatch(nil, nil, check)
 end

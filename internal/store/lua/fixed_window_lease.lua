@@ -1,6 +1,7 @@
--- fixed_window_lease.lua: acquireWindow (core_window.go), release and report
--- of core.go, the lease part of fixed windows (redis.go appends it, after
--- lease.lua, to fixed_window.lua).
+-- fixed_window_lease.lua: what window_lease.lua's acquire, release and
+-- report (core_window.go's acquireWindow) need to know of a fixed window.
+
+local kind = 'fixed'
 
 -- credit takes back tokens of the window of index from, while it is the
 -- current one: a fixed window's past never counts again.
@@ -10,69 +11,21 @@ local function credit(st, epoch, tokens, from)
   end
 end
 
--- report is core.go's report for a strict window.
-local function report(now, req)
-  local st = load(now, true) or fresh()
-  local consumed = cap_consumed(st, limit, req.node, now, req.consumed, req.age)
-  local _, start, stop, at = roll(st, now)
-  debit_window(st, consumed, req.age, at, start)
-  settle_window(st, req.settled)
-  st.x = max(stop + ttl, kept_until(st))
-  save(st, now)
-  return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
+-- used_at is what counts against the limit at at: the window's count.
+local function used_at(st, at, start)
+  return st.t
 end
 
-local function acquire(now, req)
-  if req.strict then
-    return report(now, req)
+-- refused_retry is when a request refused want more tokens may pass: at
+-- the window's end, once it has nothing left.
+local function refused_retry(st, at, start, stop, want, remaining, reserve)
+  if remaining == 0 then
+    return stop - at
   end
-  local st = load(now, true) or fresh()
-  local again = replay(st, now, req, 'fixed')
-  if again then
-    return again
-  end
-  local epoch, start, stop, at = roll(st, now)
-  local credited = give_back(st, req.node, now, req.returned_epoch, req.returned, req.held)
-  credit(st, epoch, credited, req.returned_epoch)
-  local held = bound_held(givable(st, req.node, now, epoch), req.held)
-  if req.returned_epoch == epoch then
-    held = held - credited
-  end
-  local prev = st.holders[req.node]
-  local added = debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
-  settle_window(st, req.settled)
-  local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
-  local used = st.t + window_reserve(st, now, start)
-  local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
-  st.t = st.t + g
-  lent(st, req.node, g)
-  mark_back(st, req, prev, now, epoch, added, true)
-  remember(st, req, g)
-  local remaining = floor(max(limit - used - g, 0))
-  -- Tokens of a window die with it: the window never exceeds its limit.
-  local lease_ttl = min(ttl, stop - at)
-  local retry = 0
-  if g < req.want and remaining == 0 then
-    retry = stop - at
-  end
-  st.x = max(stop + ttl, kept_until(st))
-  save(st, now)
-  return { g, remaining, lease_ttl, retry, holders, epoch, '0', 0, 0, told }
+  return 0
 end
 
--- Only a return into the current window is credited; a missing state is an
--- empty window and takes nothing back.
-local function release(now, node, tokens, ret_epoch, held)
-  local st = load(now, true)
-  if not st then
-    return {}
-  end
-  local credited = give_back(st, node, now, ret_epoch, tokens, held)
-  forget(st, node)
-  local epoch = roll(st, now)
-  credit(st, epoch, credited, ret_epoch)
-  save(st, now)
-  return {}
+-- counts_until is when the window stops counting: its end.
+local function counts_until(start, stop)
+  return stop
 end
-
-return dispatch(acquire, release, check)

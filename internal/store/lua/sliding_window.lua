@@ -1,6 +1,6 @@
 -- sliding_window.lua: checkWindow of core_window.go for the sliding window
 -- counter, and what its checks and leases share (sliding_window_lease.lua
--- holds the rest). State (see common.lua): t (count of the current window), p
+-- and window_lease.lua hold the rest). State (see common.lua): t (count of the current window), p
 -- (count of the previous one), s (the window index), x (expiry) and the
 -- holders. A check reads the holders too: it admits no more than a lease
 -- would lend, with the absent holders' part kept back.
@@ -10,8 +10,8 @@ local function fresh()
 end
 
 -- roll moves the state to the window holding now; the window before it
--- becomes the previous one. It returns the window's index, its start and the
--- instant to decide at. fmod is exact, so the index is core.go's integer
+-- becomes the previous one. It returns the window's index, its start and
+-- end, and the instant to decide at. fmod is exact, so the index is core.go's integer
 -- division. A window never moves backwards: a clock that stepped back before
 -- the state's window decides at its start.
 local function roll(st, now)
@@ -25,7 +25,7 @@ local function roll(st, now)
     st.t, st.s = 0, epoch
   end
   local start = epoch * period
-  return epoch, start, max(now, start)
+  return epoch, start, start + period, max(now, start)
 end
 
 -- The previous window weighted by how much of it the sliding window still
@@ -53,7 +53,7 @@ end
 
 local function check(now, cost)
   local st = load(now, true) or fresh()
-  local _, start, at = roll(st, now)
+  local _, start, stop, at = roll(st, now)
   local reserve = window_reserve(st, now, start)
   local used = estimate(st, at, start) + reserve
   local allowed = 0
@@ -63,7 +63,6 @@ local function check(now, cost)
     allowed = 1
   end
   local remaining = floor(max(limit - used, 0))
-  local stop = start + period
   local retry, reset = 0, 0
   if allowed == 0 then
     retry = sliding_retry(st, at, start, cost, reserve)
@@ -78,8 +77,9 @@ local function check(now, cost)
   return { allowed, remaining, retry, reset }
 end
 
--- A call of checks ends here. A call of leases goes on with lease.lua and
--- sliding_window_lease.lua, which redis.go appends.
+-- A call of checks ends here. A call of leases goes on with lease.lua,
+-- sliding_window_lease.lua and window_lease.lua, which redis_scripts.go
+-- appends.
 if ARGV[1] == 'c' then
   return dispatch(nil, nil, check)
 end

@@ -1,6 +1,8 @@
--- sliding_window_lease.lua: acquireWindow (core_window.go), release and report
--- of core.go, the lease part of sliding window counters (redis.go appends it,
--- after lease.lua, to sliding_window.lua).
+-- sliding_window_lease.lua: what window_lease.lua's acquire, release and
+-- report (core_window.go's acquireWindow) need to know of a sliding window
+-- counter.
+
+local kind = 'sliding'
 
 -- credit takes back tokens of the window of index from, while that window
 -- still counts: as the current one, or as the previous one.
@@ -12,69 +14,19 @@ local function credit(st, epoch, tokens, from)
   end
 end
 
--- report is core.go's report for a strict window.
-local function report(now, req)
-  local st = load(now, true) or fresh()
-  local consumed = cap_consumed(st, limit, req.node, now, req.consumed, req.age)
-  local _, start, at = roll(st, now)
-  debit_window(st, consumed, req.age, at, start)
-  settle_window(st, req.settled)
-  st.x = max(start + 2 * period + ttl, kept_until(st))
-  save(st, now)
-  return { 0, floor(max(limit - st.t, 0)), ttl, 0, 0, 0, '0' }
+-- used_at is what counts against the limit at at: the weighted estimate.
+local function used_at(st, at, start)
+  return estimate(st, at, start)
 end
 
-local function acquire(now, req)
-  if req.strict then
-    return report(now, req)
-  end
-  local st = load(now, true) or fresh()
-  local again = replay(st, now, req, 'sliding')
-  if again then
-    return again
-  end
-  local epoch, start, at = roll(st, now)
-  local credited = give_back(st, req.node, now, req.returned_epoch, req.returned, req.held)
-  credit(st, epoch, credited, req.returned_epoch)
-  local held = bound_held(givable(st, req.node, now, epoch), req.held)
-  if req.returned_epoch == epoch then
-    held = held - credited
-  end
-  local prev = st.holders[req.node]
-  local added = debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
-  settle_window(st, req.settled)
-  local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
-  local reserve = window_reserve(st, now, start)
-  local used = estimate(st, at, start) + reserve
-  local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
-  st.t = st.t + g
-  lent(st, req.node, g)
-  mark_back(st, req, prev, now, epoch, added, true)
-  remember(st, req, g)
-  local remaining = floor(max(limit - used - g, 0))
-  local retry = 0
-  if g < req.want then
-    retry = sliding_retry(st, at, start, min(req.want - g, limit), reserve)
-  end
-  st.x = max(start + 2 * period + ttl, kept_until(st))
-  save(st, now)
-  -- Tokens of a window die with it (core_window.go).
-  return { g, remaining, min(ttl, start + period - at), retry, holders, epoch, '0', 0, 0, told }
+-- refused_retry is when a request refused want more tokens may pass: when
+-- the previous window has faded enough (sliding_retry).
+local function refused_retry(st, at, start, stop, want, remaining, reserve)
+  return sliding_retry(st, at, start, min(want, limit), reserve)
 end
 
--- A return is credited to the window it was leased in, while that window
--- still counts; a missing state takes nothing back.
-local function release(now, node, tokens, ret_epoch, held)
-  local st = load(now, true)
-  if not st then
-    return {}
-  end
-  local credited = give_back(st, node, now, ret_epoch, tokens, held)
-  forget(st, node)
-  local epoch = roll(st, now)
-  credit(st, epoch, credited, ret_epoch)
-  save(st, now)
-  return {}
+-- counts_until is when the window stops counting: a period after its end,
+-- as the previous one.
+local function counts_until(start, stop)
+  return start + 2 * period
 end
-
-return dispatch(acquire, release, check)
