@@ -160,7 +160,7 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	if err != nil {
 		return nil, err
 	}
-	defer releaseSlots(held)
+	defer middleware.ReleaseSlots(held)
 	if err := i.admit(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if err != nil {
 		return err
 	}
-	defer releaseSlots(held)
+	defer middleware.ReleaseSlots(held)
 	if err := i.admit(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}

@@ -30,36 +30,28 @@ func (i *Interceptor) splitSlots() {
 // takeSlots takes a slot for each slot policy; a non-nil error is the
 // call's answer. The caller releases what it returns.
 func (i *Interceptor) takeSlots(ctx context.Context, method string) ([]*client.Slot, error) {
-	if len(i.slotPolicies) == 0 {
-		return nil, nil
+	held, failed, err := middleware.TakeSlots(ctx, i.c, i.slotPolicies,
+		func(p Policy) string { return p.Rule }, func(p Policy) string { return i.policyKey(ctx, method, p) })
+	if err == nil {
+		return held, nil
 	}
-	held := make([]*client.Slot, 0, len(i.slotPolicies))
-	for _, p := range i.slotPolicies {
-		key := i.policyKey(ctx, method, p)
-		s, err := i.c.TakeSlot(ctx, p.Rule, key)
-		if err == nil {
-			held = append(held, s)
-			continue
-		}
-		releaseSlots(held)
-		var se *client.SlotError
-		switch {
-		case errors.As(err, &se):
-			return nil, i.noSlot(p.Rule, redact(key), se.RetryAfter)
-		case errors.Is(err, client.ErrUnknownRule), errors.Is(err, client.ErrNotConcurrency):
-			i.errLogs.Do(func() {
-				i.opts.Logger.Error("grpclimit: call refused: a concurrency policy's rule is not one now", "rule", p.Rule, "method", method, "err", err)
-			})
-			return nil, status.Errorf(codes.Internal, "concurrency limit %q is not defined", p.Rule)
-		case ctx.Err() != nil:
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
+	p := i.slotPolicies[failed]
+	var se *client.SlotError
+	switch {
+	case errors.As(err, &se):
+		return nil, i.noSlot(p.Rule, redact(i.policyKey(ctx, method, p)), se.RetryAfter)
+	case errors.Is(err, client.ErrUnknownRule), errors.Is(err, client.ErrNotConcurrency):
 		i.errLogs.Do(func() {
-			i.opts.Logger.Warn("grpclimit: no slot decided", "rule", p.Rule, "method", method, "err", err)
+			i.opts.Logger.Error("grpclimit: call refused: a concurrency policy's rule is not one now", "rule", p.Rule, "method", method, "err", err)
 		})
-		return nil, i.opts.OnError(ctx, method, err) // nil: served without the slots
+		return nil, status.Errorf(codes.Internal, "concurrency limit %q is not defined", p.Rule)
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	return held, nil
+	i.errLogs.Do(func() {
+		i.opts.Logger.Warn("grpclimit: no slot decided", "rule", p.Rule, "method", method, "err", err)
+	})
+	return nil, i.opts.OnError(ctx, method, err) // nil: served without the slots
 }
 
 // policyKey is p's key for a call: its own, or the interceptor's.
@@ -83,10 +75,4 @@ func (i *Interceptor) noSlot(rule, who string, retry time.Duration) error {
 	return grpcerr.New(codes.ResourceExhausted, fmt.Sprintf("concurrency limit %s reached; retry in %v", rule, retry.Round(time.Millisecond)),
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
 		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{v}})
-}
-
-func releaseSlots(held []*client.Slot) {
-	for _, s := range held {
-		s.Release()
-	}
 }

@@ -205,7 +205,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if !ok {
 			return
 		}
-		defer releaseSlots(held)
+		defer middleware.ReleaseSlots(held)
 		if len(m.policies) == 0 {
 			next.ServeHTTP(w, r)
 			return

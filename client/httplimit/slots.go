@@ -22,48 +22,32 @@ func (m *Middleware) splitSlots() {
 // takeSlots takes a slot for each slot policy, or answers the request and
 // reports false; the caller releases what it returns.
 func (m *Middleware) takeSlots(w http.ResponseWriter, r *http.Request) ([]*client.Slot, bool) {
-	if len(m.slotPolicies) == 0 {
-		return nil, true
+	held, failed, err := middleware.TakeSlots(r.Context(), m.c, m.slotPolicies,
+		func(p Policy) string { return p.Rule }, func(p Policy) string { return m.policyKey(r, p, "") })
+	if err == nil {
+		return held, true
 	}
-	held := make([]*client.Slot, 0, len(m.slotPolicies))
-	for _, p := range m.slotPolicies {
-		s, err := m.c.TakeSlot(r.Context(), p.Rule, m.policyKey(r, p, ""))
-		if err == nil {
-			held = append(held, s)
-			continue
-		}
-		releaseSlots(held)
-		var se *client.SlotError
-		switch {
-		case errors.As(err, &se):
-			w.Header().Set("Retry-After", fmtInt(retrySeconds(se.RetryAfter)))
-			writeProblem(w, quotaExceeded(p.Rule, se.RetryAfter))
-			return nil, false
-		case errors.Is(err, client.ErrUnknownRule), errors.Is(err, client.ErrNotConcurrency):
-			// The rule went, or changed kind, on a reload: refuse rather
-			// than serve without the limit.
-			m.errLogs.Do(func() {
-				m.opts.Logger.Error("httplimit: request refused: a concurrency policy's rule is not one now", "rule", p.Rule, "err", err)
-			})
-			writeProblem(w, unknownRule([]string{p.Rule}))
-			return nil, false
-		case r.Context().Err() != nil:
-			return nil, false
-		}
+	p := m.slotPolicies[failed]
+	var se *client.SlotError
+	switch {
+	case errors.As(err, &se):
+		w.Header().Set("Retry-After", fmtInt(retrySeconds(se.RetryAfter)))
+		writeProblem(w, quotaExceeded(p.Rule, se.RetryAfter))
+		return nil, false
+	case errors.Is(err, client.ErrUnknownRule), errors.Is(err, client.ErrNotConcurrency):
+		// The rule went, or changed kind, on a reload: refuse rather
+		// than serve without the limit.
 		m.errLogs.Do(func() {
-			m.opts.Logger.Warn("httplimit: no slot decided", "rule", p.Rule, "err", err)
+			m.opts.Logger.Error("httplimit: request refused: a concurrency policy's rule is not one now", "rule", p.Rule, "err", err)
 		})
-		if m.opts.OnError(w, r, err) {
-			return nil, false
-		}
-		held = nil // served without the slots (fail open)
-		break
+		writeProblem(w, unknownRule([]string{p.Rule}))
+		return nil, false
+	case r.Context().Err() != nil:
+		return nil, false
 	}
-	return held, true
-}
-
-func releaseSlots(held []*client.Slot) {
-	for _, s := range held {
-		s.Release()
-	}
+	m.errLogs.Do(func() {
+		m.opts.Logger.Warn("httplimit: no slot decided", "rule", p.Rule, "err", err)
+	})
+	// Served without the slots (fail open), unless OnError answered.
+	return nil, !m.opts.OnError(w, r, err)
 }

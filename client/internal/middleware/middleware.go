@@ -84,18 +84,3 @@ func BoundedKey(prefix, v string) string {
 // request (an unknown rule) is logged a few times a minute, not once a
 // request.
 func ErrorLogs() rate.Sometimes { return rate.Sometimes{First: 3, Interval: 20 * time.Second} }
-
-// SplitSlots parts policies into those on rate rules and those on
-// concurrency rules (a slot held for the handler's life), by the rule each
-// names (rule), and returns the rate policies' rule names too.
-func SplitSlots[P any](c *client.Client, policies []P, rule func(P) string) (rate, slots []P, names []string) {
-	for _, p := range policies {
-		if r, ok := c.Rule(rule(p)); ok && r.Algorithm == "concurrency" {
-			slots = append(slots, p)
-			continue
-		}
-		rate = append(rate, p)
-		names = append(names, rule(p))
-	}
-	return rate, slots, names
-}
