@@ -239,14 +239,8 @@ func (m *Memory) Release(ctx context.Context, rets []Return) error {
 
 // Check implements Store.
 func (m *Memory) Check(ctx context.Context, r *rules.Rule, key string, cost int64) (Decision, error) {
-	if err := ctx.Err(); err != nil {
+	if err := checkable(ctx, r, cost); err != nil {
 		return Decision{}, err
-	}
-	if r.IsConcurrency() {
-		return Decision{}, ErrConcurrencyCheck
-	}
-	if cost > r.Capacity() {
-		return Decision{}, ErrCostAboveCapacity
 	}
 	now := m.now()
 	var d Decision

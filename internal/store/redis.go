@@ -197,14 +197,8 @@ func (s *Redis) Release(ctx context.Context, rets []Return) error {
 
 // Check implements Store.
 func (s *Redis) Check(ctx context.Context, r *rules.Rule, key string, cost int64) (Decision, error) {
-	if err := ctx.Err(); err != nil {
+	if err := checkable(ctx, r, cost); err != nil {
 		return Decision{}, err
-	}
-	if r.IsConcurrency() {
-		return Decision{}, ErrConcurrencyCheck
-	}
-	if cost > r.Capacity() {
-		return Decision{}, ErrCostAboveCapacity
 	}
 	if err := s.refuseNew(ctx, checkRequest(r, key)); err != nil {
 		return Decision{}, err

@@ -136,3 +136,19 @@ var (
 // calendarClockReply is in the scripts' error reply of ErrCalendarClock
 // (common.lua).
 const calendarClockReply = "allot: calendar: store clock outside the windows sent"
+
+// checkable is why a Check of cost on r cannot be decided, if it cannot:
+// its context ended, its rule's slots are leased, or no state of the rule
+// ever holds cost. Every store answers these the same, before its own work.
+func checkable(ctx context.Context, r *rules.Rule, cost int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.IsConcurrency() {
+		return ErrConcurrencyCheck
+	}
+	if cost > r.Capacity() {
+		return ErrCostAboveCapacity
+	}
+	return nil
+}
