@@ -118,9 +118,9 @@ func (r *report) plotKeys(path string) error {
 		lines    []series
 	}{
 		{"Redis commands per 1,000 admitted", "commands", []series{
-			{"adaptive leases, sent", func(k *keysResult) (float64, bool) { return cmds(k.adaptive, false) }},
-			{"adaptive leases, all", func(k *keysResult) (float64, bool) { return cmds(k.adaptive, true) }},
-			{"per-request Redis, sent", func(k *keysResult) (float64, bool) { return cmds(k.redis, false) }},
+			{"adaptive leases, sent", func(k *keysResult) (float64, bool) { return cmdsSent(k.adaptive) }},
+			{"adaptive leases, all", func(k *keysResult) (float64, bool) { return cmdsAll(k.adaptive) }},
+			{"per-request Redis, sent", func(k *keysResult) (float64, bool) { return cmdsSent(k.redis) }},
 		}},
 		{"CPU per key touched once", "µs", []series{
 			{"node, trickle", func(k *keysResult) (float64, bool) { return k.trickle.nodeUS, true }},
@@ -205,15 +205,20 @@ func (r *report) plotKeys(path string) error {
 	return f.Close()
 }
 
-// cmds reads a row's Redis commands per 1,000 admitted, sent or all.
-func cmds(w *row, all bool) (float64, bool) {
-	switch {
-	case w == nil:
+// cmdsSent and cmdsAll read a row's Redis commands per 1,000 admitted:
+// those the client sent, and all that ran.
+func cmdsSent(w *row) (float64, bool) {
+	if w == nil {
 		return 0, false
-	case all:
-		return w.cmdsAll, true
 	}
 	return w.cmdsClient, true
+}
+
+func cmdsAll(w *row) (float64, bool) {
+	if w == nil {
+		return 0, false
+	}
+	return w.cmdsAll, true
 }
 
 // keysList writes sizes as "10,000, 100,000 and 1,000,000".

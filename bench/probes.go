@@ -136,6 +136,25 @@ func (s *session) countKeys(pattern string) int64 {
 	return n
 }
 
+// dropKeys deletes the keys that match any of patterns (UNLINK, in
+// batches).
+func (s *session) dropKeys(patterns ...string) {
+	ctx := context.Background()
+	for _, pattern := range patterns {
+		it := s.rdb.Scan(ctx, 0, pattern, 10000).Iterator()
+		var batch []string
+		for it.Next(ctx) {
+			if batch = append(batch, it.Val()); len(batch) == 1000 {
+				s.rdb.Unlink(ctx, batch...)
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			s.rdb.Unlink(ctx, batch...)
+		}
+	}
+}
+
 // memoryUsage samples MEMORY USAGE of up to three keys that match pattern.
 func (s *session) memoryUsage(pattern, kind string) []string {
 	ctx := context.Background()

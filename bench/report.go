@@ -48,10 +48,10 @@ func (r *report) write(dir string) error {
 	}
 	var plots []string
 	if r.find("uniform", "allot adaptive") != nil {
-		if err := r.plotLeases(filepath.Join(dir, "lease-accuracy.png"), false); err != nil {
+		if err := r.plotLeases(filepath.Join(dir, "lease-accuracy.png"), plotAccuracy); err != nil {
 			return err
 		}
-		if err := r.plotLeases(filepath.Join(dir, "lease-redis.png"), true); err != nil {
+		if err := r.plotLeases(filepath.Join(dir, "lease-redis.png"), plotRedisLoad); err != nil {
 			return err
 		}
 		plots = append(plots, "lease-accuracy.png", "lease-redis.png")
@@ -206,9 +206,17 @@ var palette = []color.Color{
 	color.RGBA{R: 127, G: 127, B: 127, A: 255},
 }
 
+// leaseAxis is what a lease-size plot shows against the lease size.
+type leaseAxis int
+
+const (
+	plotAccuracy  leaseAxis = iota // admitted / ideal
+	plotRedisLoad                  // Redis commands sent per 1,000 admitted
+)
+
 // plotLeases draws fixed lease sizes against accuracy or Redis load, with
 // adaptive leases (and, for load, per-request Redis) as reference lines.
-func (r *report) plotLeases(path string, load bool) error {
+func (r *report) plotLeases(path string, y leaseAxis) error {
 	p := plot.New()
 	p.X.Label.Text = "fixed lease size (tokens)"
 	p.X.Scale = plot.LogScale{}
@@ -216,7 +224,7 @@ func (r *report) plotLeases(path string, load bool) error {
 	value := func(w *row) float64 { return float64(w.res.admitted) / w.ideal }
 	p.Title.Text = "Lease size against accuracy (uniform load)"
 	p.Y.Label.Text = "admitted / ideal"
-	if load {
+	if y == plotRedisLoad {
 		value = func(w *row) float64 { return math.Max(w.cmdsClient, 0.01) }
 		p.Title.Text = "Lease size against Redis load (uniform load)"
 		p.Y.Label.Text = "Redis commands sent per 1,000 admitted"
@@ -252,10 +260,10 @@ func (r *report) plotLeases(path string, load bool) error {
 	if w := r.find("uniform", "Redis Lua per request"); w != nil {
 		ref("Redis Lua per request", value(w), palette[1])
 	}
-	if w := r.find("uniform", "local only (limit/N)"); w != nil && !load {
+	if w := r.find("uniform", "local only (limit/N)"); w != nil && y == plotAccuracy {
 		ref("local only (limit/N)", value(w), palette[3])
 	}
-	if !load { // per request like Redis Lua; on accuracy only
+	if y == plotAccuracy { // per request like Redis Lua; on accuracy only
 		if w := r.find("uniform", "Check RPC per request"); w != nil {
 			ref("Check RPC per request", value(w), palette[6])
 		}
@@ -269,7 +277,7 @@ func (r *report) plotLeases(path string, load bool) error {
 	// up admit a fraction): the legend sits at the top, over room no line
 	// reaches, the axis going half as high again as the highest figure.
 	p.Legend.Top, p.Legend.Left = false, false
-	if load {
+	if y == plotRedisLoad {
 		p.Legend.YOffs = 1.2 * vg.Inch
 	} else {
 		hi := 0.0
