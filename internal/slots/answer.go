@@ -43,7 +43,7 @@ func (m *Manager) answer(c *Call, grants []Grant, err error) {
 			defer close(st.first) // once its cap is set
 		}
 		if err != nil {
-			m.settle(k, now, unreachable)
+			m.settle(k, now, allocatorIs(unreachable))
 			continue
 		}
 		g := grants[i]
@@ -63,7 +63,7 @@ func (m *Manager) answer(c *Call, grants []Grant, err error) {
 			// drain only between an answer and its next request.
 			k.setCap(g.Granted-(k.givenUp.Load()-st.givenUp), ModeLease)
 		} else {
-			m.settle(k, now, false)
+			m.settle(k, now, allocatorAnswers)
 		}
 	}
 }

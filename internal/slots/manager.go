@@ -149,7 +149,7 @@ func (t *Table) Key(key string) *Key {
 	if t.m.cfg.Alone { // nobody to ask: the fallback at once
 		k.st.answered = true
 		close(k.st.first)
-		t.m.settle(k, t.m.cfg.Clock.Mono(), true)
+		t.m.settle(k, t.m.cfg.Clock.Mono(), allocatorAway)
 	}
 	t.keys.store(k)
 	t.m.mu.Unlock()
@@ -219,9 +219,9 @@ func (m *Manager) look() (rets [][]Request, calls []*Call) {
 			peak := k.peak.Swap(k.InFlight())
 			k.st.busy = peak > 0 || k.touched.Load()
 			k.st.peak = max(k.st.peak, peak)
-			m.settle(k, now, down)
+			m.settle(k, now, allocatorIs(down))
 			if m.idle(k, now) {
-				if ret, ok := m.drop(t, k, now, false); ok {
+				if ret, ok := m.drop(t, k, now, dropIdle); ok {
 					drops = append(drops, ret)
 				}
 				return
@@ -260,7 +260,7 @@ func (m *Manager) dropGone(now time.Duration) []Request {
 	for _, t := range m.gone {
 		left := false
 		t.keys.each(func(k *Key) {
-			if ret, ok := m.drop(t, k, now, true); ok {
+			if ret, ok := m.drop(t, k, now, dropClosed); ok {
 				rets = append(rets, ret)
 			} else if !k.Dead() {
 				left = true
@@ -274,14 +274,22 @@ func (m *Manager) dropGone(now time.Duration) []Request {
 	return rets
 }
 
+// allocatorIs says whether the allocator answers, as settle needs it.
+type allocatorIs bool
+
+const (
+	allocatorAnswers allocatorIs = false
+	allocatorAway    allocatorIs = true
+)
+
 // settle sets the cap of a key whose lease does not hold: its fallback
 // while the allocator is away, else nothing until its next answer.
-func (m *Manager) settle(k *Key, now time.Duration, down bool) {
+func (m *Manager) settle(k *Key, now time.Duration, allocator allocatorIs) {
 	if k.st.leased(now) || !k.st.answered {
 		return
 	}
 	k.ceil.Store(math.MaxInt64)
-	if down {
+	if allocator == allocatorAway {
 		k.setCap(fallbackCap(k.st.rule, m.cfg.Nodes()), ModeFallback)
 		return
 	}
@@ -301,11 +309,19 @@ func (m *Manager) idle(k *Key, now time.Duration) bool {
 	return now-k.st.idleSince >= k.st.rule.Lease.TTL
 }
 
+// dropping says what a key kept by drop (it has slots in flight) may do.
+type dropping uint8
+
+const (
+	dropIdle   dropping = iota // an idle key: kept as it is, should it have slots in flight
+	dropClosed                 // its rule went, or the node closes: kept, it takes no more
+)
+
 // drop forgets a key, under m.mu, and returns the release of its slots if
-// the store still holds some. A key with slots in flight is kept: with
-// force (its rule went, the node closes) it takes no more.
-func (m *Manager) drop(t *Table, k *Key, now time.Duration, force bool) (Request, bool) {
-	if force {
+// the store still holds some. A key with slots in flight is kept, taking
+// more or not as how says.
+func (m *Manager) drop(t *Table, k *Key, now time.Duration, how dropping) (Request, bool) {
+	if how == dropClosed {
 		k.setCap(0, k.Mode())
 	}
 	if w := k.word.Load(); w&inFlightMask > 0 || !k.word.CompareAndSwap(w, w&^(inFlightMask<<capShift)) {
@@ -381,7 +397,7 @@ func (m *Manager) Close() {
 	now := m.cfg.Clock.Mono()
 	for _, t := range m.tables {
 		t.keys.each(func(k *Key) {
-			if ret, ok := m.drop(t, k, now, true); ok {
+			if ret, ok := m.drop(t, k, now, dropClosed); ok {
 				rets = append(rets, ret)
 			}
 		})
