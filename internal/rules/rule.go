@@ -96,6 +96,9 @@ type Rule struct {
 	// a slot taken on a lease stays covered by it should the node lose the
 	// allocator. 0 for the other algorithms.
 	MaxHold time.Duration
+	// Scope is regional (the default) or global (scope.go): whether the
+	// limit holds in this region or across every region under a parent.
+	Scope Scope
 
 	keyed *keyed // the overrides' rules, by key; nil without overrides
 	base  *Rule  // for an override's rule, the rule it overrides
@@ -203,6 +206,9 @@ func (r *Rule) Normalize() error {
 	}
 	if _, ok := algorithmNames[r.Algorithm]; !ok {
 		return bad("algorithm", "is required (token_bucket, fixed_window, sliding_window, sliding_log or concurrency)")
+	}
+	if err := r.normalizeScope(bad); err != nil {
+		return err
 	}
 	if r.Algorithm == Concurrency {
 		return r.normalizeConcurrency(bad)

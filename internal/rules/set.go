@@ -64,7 +64,9 @@ func (r *Rule) digest() string {
 	c.keyed, c.base, c.MaxDebt = nil, nil, nil
 	// A rule without max_hold (every rule but a concurrency one) keeps the
 	// digest it had before the field.
-	return digestDebt(strings.Replace(fmt.Sprintf("%+v", c), " MaxHold:0s", "", 1), r.MaxDebt)
+	// A regional rule (every rule before scope) keeps its digest too.
+	s := digestScope(fmt.Sprintf("%+v", c), r.Scope)
+	return digestDebt(strings.Replace(s, " MaxHold:0s", "", 1), r.MaxDebt)
 }
 
 func (s *Set) hash() string {

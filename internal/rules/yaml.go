@@ -222,6 +222,12 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 		r.MaxDebt = &n
 	case "max_hold":
 		r.MaxHold, err = scalarDuration(v)
+	case "scope":
+		if v.Kind != yaml.ScalarNode {
+			err = errors.New("must be regional or global")
+			break
+		}
+		r.Scope, err = ParseScope(v.Value)
 	case "failure":
 		r.Failure, err = parseFailure(v.Value)
 	case "strict":
@@ -233,7 +239,7 @@ func (p *parser) field(r *Rule, label, name string, v *yaml.Node) error {
 	case "overrides":
 		return p.overrides(r, label, v)
 	default:
-		err = errors.New("unknown field (name, algorithm, limit, period, time_zone, burst, max_debt, max_hold, failure, strict, shadow, lease, overrides)")
+		err = errors.New("unknown field (name, algorithm, limit, period, time_zone, burst, max_debt, max_hold, scope, failure, strict, shadow, lease, overrides)")
 	}
 	if err != nil {
 		return p.fail(v, label, fieldName(name), "%v", err)
