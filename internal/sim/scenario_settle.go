@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -18,12 +19,8 @@ const (
 	settleSalt  = 0x5e77 + 20
 )
 
-// settleInSeeds is off until the oracle counts settled debt as the store
-// does: the nodes' debts (up to max_debt each) can pass the store's floor
-// of one max_debt, which forgives the rest without a word, and the oracle,
-// told what the nodes counted, finds the fleet's bucket bounds broken
-// (TestSettledCostsInTheWorld).
-const settleInSeeds = false
+// settleInSeeds draws settling in a share of the seeds.
+const settleInSeeds = true
 
 func drawSettle(seed uint64, s *Scenario) {
 	if !settleInSeeds || rand.New(rand.NewPCG(seed, settleSalt^0x5107)).IntN(settleShare) != 0 {
@@ -38,8 +35,30 @@ func drawSettle(seed uint64, s *Scenario) {
 			st.settle = d
 		}
 	}
+	for _, r := range s.Rules.Rules() {
+		if !r.IsConcurrency() {
+			r.MaxDebt = rules.MaxDebtOf(d.debt(r))
+		}
+	}
 	s.Settles = true
 	s.label("settle", "(%g-%gx after %v-%v)", d.lo, d.hi, d.holdMin, d.holdMax)
+}
+
+// debt is a max_debt for r that its callers, settling as d draws, cannot
+// owe more than at once: docs/bounds.md's bounds with D hold only then
+// (what passes D is dropped, uncounted), and the oracle says when a run's
+// callers owed more (Oracle.Owes). They owe at most hi - 1 times what was
+// admitted in a hold: for a token bucket, what a hold admits of rule 2's
+// b + r·(hold + ttl); for a window, two windows' limits (a hold may span
+// the end of one). A reload that scales the limit up keeps it, and the
+// oracle says when that was too little.
+func (d *settleDraw) debt(r *rules.Rule) int64 {
+	per := max(d.hi-1, 0)
+	admitted := 2 * float64(r.Limit)
+	if r.Algorithm == rules.TokenBucket {
+		admitted = float64(r.Burst) + r.Rate()*(d.holdMax+r.Lease.TTL).Seconds()
+	}
+	return int64(math.Ceil(per * admitted))
 }
 
 // oracleRule is the package's oracleRule, saying whether the rule settles.

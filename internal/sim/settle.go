@@ -19,6 +19,9 @@ type settleDraw struct {
 	holdMin, holdMax time.Duration
 	lo, hi           float64
 	rng              *rand.Rand
+	// owed is what the callers owe above their estimates now, over every
+	// key the draw settles, and maxOwed the most they owed at once.
+	owed, maxOwed int64
 }
 
 func (d *settleDraw) hold() time.Duration {
@@ -50,7 +53,17 @@ func (n *node) settleLater(d *settleDraw, s settlement) {
 	}
 	w, gen := n.w, n.gen
 	hold, actual := d.hold(), d.actual(s.est)
+	owed := actual - s.est
+	if owed > 0 {
+		d.owed += owed
+		d.maxOwed = max(d.maxOwed, d.owed)
+		w.oracle.Owes(w.now, n.i, s.rule, s.key, owed)
+	}
 	w.after(hold, func() {
+		if owed > 0 {
+			d.owed -= owed
+			w.oracle.Owes(w.now, n.i, s.rule, s.key, -owed)
+		}
 		if n.gen == gen && n.alive {
 			n.settle(s, actual)
 		}
@@ -60,7 +73,9 @@ func (n *node) settleLater(d *settleDraw, s settlement) {
 // settle does what Reservation.Settle does: the difference from the
 // estimate charged (KeyLease.Charge, the fallback allowance's Charge, or an
 // Acquire that carries it alone for a strict rule's Check) or given back,
-// never more than was reserved. The oracle is told what was counted.
+// never more than was reserved. The oracle is told what the work cost
+// above the estimate, all of it: what the node or the store left uncounted
+// was used all the same.
 func (n *node) settle(s settlement, actual int64) {
 	w := n.w
 	diff := actual - s.est
@@ -72,7 +87,11 @@ func (n *node) settle(s settlement, actual int64) {
 		back := min(-diff, s.est)
 		switch {
 		case s.k != nil:
-			s.k.Undo(s.v, back)
+			// What the lease took back it holds again, unspent, for the
+			// returns check (a fallback allowance's refund is none of it).
+			if got := s.k.Undo(s.v, back); got > 0 && s.mode == oracle.Lease {
+				w.oracle.Undone(w.now, n.i, s.rule, s.key, got)
+			}
 		case s.allowance != nil:
 			s.allowance.Refund(back)
 		}
@@ -94,11 +113,9 @@ func (n *node) settle(s settlement, actual int64) {
 	default: // a strict rule's Check: one Acquire that carries it alone
 		n.settleStrict(r, s.key, diff)
 	}
-	w.stats.SettledExtra += counted
+	w.stats.SettledExtra += diff
 	w.stats.SettledDropped += diff - counted
-	if counted > 0 {
-		w.oracle.Settled(w.now, w.store.at(w.now), n.i, s.rule, s.key, counted, s.mode)
-	}
+	w.oracle.Settled(w.now, w.store.at(w.now), n.i, s.rule, s.key, diff, s.mode)
 	n.turn() // the debt travels with the key's next request
 }
 

@@ -44,8 +44,9 @@ type Oracle struct {
 	dropped int
 	fair    []fairWin
 	checked Checked
-	done    bool      // Finish has judged the fairness intervals
-	slots   slotState // concurrency rules (slots.go)
+	done    bool            // Finish has judged the fairness intervals
+	slots   slotState       // concurrency rules (slots.go)
+	owed    map[keyID]int64 // what settling callers owe at once (settle.go)
 }
 
 type keyID struct{ rule, key string }
