@@ -52,6 +52,10 @@ const (
 	// ends, not max_hold before: cut off, its last slots run past the
 	// store's count of them, beside their next holder's.
 	SlotsPastMaxHold
+	// IgnoreSettled: the store takes nothing of a settled cost a node
+	// reports, neither from a bucket nor into a window's count or a log:
+	// a debt the callers ran up is forgiven the moment it is reported.
+	IgnoreSettled
 )
 
 var on atomic.Uint32

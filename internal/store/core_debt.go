@@ -3,6 +3,7 @@ package store
 import (
 	"math"
 
+	"github.com/allot-dev/allot/internal/mutate"
 	"github.com/allot-dev/allot/internal/rules"
 )
 
@@ -19,7 +20,7 @@ import (
 // settle takes settled tokens from a refilled bucket, which goes at most
 // the rule's debt below empty, and returns what it took.
 func (b *bucket) settle(r *rules.Rule, settled int64) float64 {
-	if settled <= 0 {
+	if settled <= 0 || mutate.On(mutate.IgnoreSettled) {
 		return 0
 	}
 	take := math.Min(float64(settled), math.Max(b.tokens+float64(r.Debt()), 0))
@@ -31,7 +32,7 @@ func (b *bucket) settle(r *rules.Rule, settled int64) float64 {
 // the rule's debt, and returns what it counted. A window's debt is repaid
 // by the window's end: the next one starts afresh.
 func (w *window) settle(r *rules.Rule, settled int64) float64 {
-	if settled <= 0 {
+	if settled <= 0 || mutate.On(mutate.IgnoreSettled) {
 		return 0
 	}
 	take := math.Min(float64(settled), math.Max(float64(r.Limit+r.Debt())-w.count, 0))
@@ -42,7 +43,7 @@ func (w *window) settle(r *rules.Rule, settled int64) float64 {
 // settle logs settled tokens at now, up to the limit and the rule's debt
 // over the log's count.
 func (l *slidingLog) settle(r *rules.Rule, now, settled int64) {
-	if settled <= 0 {
+	if settled <= 0 || mutate.On(mutate.IgnoreSettled) {
 		return
 	}
 	if add := min(settled, r.Limit+r.Debt()-l.count()); add > 0 {
