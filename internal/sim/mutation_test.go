@@ -158,6 +158,13 @@ var mutants = []mutant{
 			// settled in 3.8 s where b + r·(T + L) + D is 217.3.)
 			return Run(173)
 		}, broke("bucket")},
+	{"(the fleet's run, with a max_debt its callers do not pass)", mutate.IgnoreSettled,
+		func(t *testing.T) Result {
+			// TestSettledCostsInTheWorld's run at 200 ms, whose callers owe
+			// at most 8,271 at once, with a D of 16,000, not the loose one
+			// drawn: the oracle says if they owed more.
+			return RunScenario(1, settledFleetDebt(t, 200*time.Millisecond, 16000))
+		}, broke("bucket")},
 }
 
 // quietWindows makes the load come in bursts, each window after a quiet

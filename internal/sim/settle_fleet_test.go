@@ -40,7 +40,11 @@ func TestSettledCostsInTheWorld(t *testing.T) {
 }
 
 // settledFleet is TestSettledCostsInTheWorld's world for 20 s at rtt.
-func settledFleet(t *testing.T, rtt time.Duration) *Scenario {
+func settledFleet(t *testing.T, rtt time.Duration) *Scenario { return settledFleetDebt(t, rtt, 0) }
+
+// settledFleetDebt is settledFleet with a max_debt of debt, or the drawn
+// one when debt is 0.
+func settledFleetDebt(t *testing.T, rtt time.Duration, debt int64) *Scenario {
 	sc := fleetScenario(t, fleetBucket(1000, 1000, rtt), rtt, 2, 20*time.Second)
 	d := &settleDraw{holdMin: 10 * time.Millisecond, holdMax: 200 * time.Millisecond, lo: 1, hi: 50,
 		rng: rand.New(rand.NewPCG(1, 20))}
@@ -48,7 +52,10 @@ func settledFleet(t *testing.T, rtt time.Duration) *Scenario {
 		st.cost, st.settle = 1, d
 	}
 	r := sc.Rules.Rules()[0]
-	r.MaxDebt = rules.MaxDebtOf(d.debt(r))
+	if debt == 0 {
+		debt = d.debt(r)
+	}
+	r.MaxDebt = rules.MaxDebtOf(debt)
 	sc.Settles = true
 	return sc
 }
