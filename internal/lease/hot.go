@@ -88,3 +88,36 @@ func (k *KeyLease) Refused(n int64) {
 	}
 	k.WantRefill()
 }
+
+// TakeUpTo spends up to n leased tokens, as many as the key holds, and
+// returns how many it took; -1 means the key left its table: look it up
+// again. It is Take for a caller that lends what it takes on (a regional
+// allocator lending its nodes from its own lease), which wants a part
+// rather than nothing.
+func (k *KeyLease) TakeUpTo(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	for {
+		v := k.tokens.Load()
+		if v < 0 {
+			return -1
+		}
+		got := min(v, n)
+		if got == 0 {
+			if k.is(bitAsleep) { // a sleeping share earns again (sleep.go)
+				k.WantRefill()
+			}
+			return 0
+		}
+		if k.tokens.CompareAndSwap(v, v-got) {
+			if !k.is(bitSpent) && k.raise(bitSpent) {
+				k.table.c.inbox.putSpent(k)
+			}
+			if v-got < k.low.Load() {
+				k.WantRefill()
+			}
+			return got
+		}
+	}
+}

@@ -28,6 +28,7 @@ type KeyLease struct {
 	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
 	freesAt   atomic.Int64  // window rules: the mono at which the store said its window frees a refused want; 0: none
 	spendBy   atomic.Int64  // window rules: the mono at which its oldest leased tokens die; 0: none (syncSpendBy)
+	liveUntil atomic.Int64  // the mono at which its oldest leased tokens die, any rule; 0: none (live.go)
 	notBefore atomic.Int64  // the mono before which no refill leaves
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
 	epoch     atomic.Int64  // the window of its newest lease (window rules)
@@ -95,6 +96,7 @@ func (k *KeyLease) Holders() int { return int(k.holders.Load()) }
 // when the Core is late to take them out. A token bucket's say nothing (a
 // lease's tokens spent late pass no window).
 func (k *KeyLease) syncSpendBy() {
+	k.syncLive()
 	at, ok := k.spans.next()
 	if !ok || k.Rule().Algorithm == rules.TokenBucket {
 		at = 0
