@@ -93,8 +93,10 @@ func New(cfg Config) (*Client, error) {
 		RPCTimeout: cfg.RPCTimeout, Sweep: cfg.Lease.Sweep, BatchWindow: cfg.Lease.BatchWindow,
 		TokensOnly: cfg.Lease.TokensOnly, RoundTrip: c.rtts.Slowest, Hooks: c.leaseHooks(), MaxKeys: cfg.Lease.MaxKeys,
 	})
-	if err := c.metrics.watchKeys(c.mgr); err != nil {
+	c.startSlots()
+	if err := c.metrics.watchKeys(c.mgr, c.slots); err != nil {
 		c.mgr.Close(context.Background())
+		c.slots.Close()
 		c.metrics.unregister()
 		if c.gossip != nil {
 			c.gossip.Leave(time.Second)
@@ -102,7 +104,6 @@ func New(cfg Config) (*Client, error) {
 		c.allocs.Close()
 		return nil, err
 	}
-	c.startSlots()
 	c.rules.Store(&ruleSnapshot{byName: map[string]*ruleState{}})
 	if initial != nil {
 		c.applyRules(initial)

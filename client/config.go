@@ -115,7 +115,9 @@ type LeaseConfig struct {
 	// key beyond it is decided by the allocator for each request (Check);
 	// when the allocator cannot answer, a failure: closed rule denies and an
 	// open one draws on one limit/N allowance that all such keys share. Idle
-	// keys leave (their state is returned) and make room.
+	// keys leave (their state is returned) and make room. The keys of
+	// concurrency rules are capped apart, at as many: TakeSlot refuses a
+	// new key beyond it (ErrNoSlot) until idle ones go.
 	MaxKeys int
 	// FirstLeaseWait is how long, at least, a request on a key with no
 	// lease yet waits for the key's first lease while the allocator

@@ -81,16 +81,29 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// watchKeys exports how many keys the node holds and how often it held
-// Lease.MaxKeys.
-func (m *metrics) watchKeys(mgr *lease.Manager) error {
+// keyCounter is a manager of keys under Lease.MaxKeys: the lease pools'
+// and the slots'.
+type keyCounter interface {
+	Keys() int
+	OverCap() int64
+}
+
+// watchKeys exports how many keys the node holds, leased and of slots, and
+// how often a new key found Lease.MaxKeys held.
+func (m *metrics) watchKeys(leases, slots keyCounter) error {
 	keys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "allot_client_keys", Help: "Keys the node keeps state for (lease pools), over all rules; capped at Lease.MaxKeys.",
-	}, func() float64 { return float64(mgr.Keys()) })
+	}, func() float64 { return float64(leases.Keys()) })
 	over := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "allot_client_keys_over_cap_total", Help: "Requests on a new key that found the key table full: decided by the allocator (Check) instead.",
-	}, func() float64 { return float64(mgr.OverCap()) })
-	for _, col := range []prometheus.Collector{keys, over} {
+	}, func() float64 { return float64(leases.OverCap()) })
+	slotKeys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "allot_client_slot_keys", Help: "Keys of concurrency rules the node holds slots of, over all rules; capped at Lease.MaxKeys.",
+	}, func() float64 { return float64(slots.Keys()) })
+	slotOver := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "allot_client_slot_keys_over_cap_total", Help: "TakeSlot calls on a new key that found the slot keys at Lease.MaxKeys: refused (ErrNoSlot).",
+	}, func() float64 { return float64(slots.OverCap()) })
+	for _, col := range []prometheus.Collector{keys, over, slotKeys, slotOver} {
 		if m.reg != nil {
 			if err := m.reg.Register(col); err != nil {
 				return fmt.Errorf("client: Config.Registerer: %w", err)

@@ -135,6 +135,10 @@ func (c *Client) takeSlot(ctx context.Context, rule, key string) (*Slot, error) 
 		return nil, ErrInvalidKey
 	}
 	k := tb.Key(key)
+	if k == nil { // a new key, and the node holds Lease.MaxKeys keys of slots
+		rs.counts.refused(ModeLease)
+		return nil, &SlotError{Rule: rule, RetryAfter: rs.rule.Lease.Refresh, Mode: ModeLease}
+	}
 	if k.Take() {
 		return newSlot(k), nil
 	}
@@ -168,7 +172,7 @@ func (c *Client) takeSlot(ctx context.Context, rule, key string) (*Slot, error) 
 func (c *Client) startSlots() {
 	c.slots = slots.NewManager(slots.Config{Transport: slotTransport{c}, Clock: c.cfg.clock, Nodes: c.fleetSize,
 		Unreachable: upstream.IsUnreachable, Timeout: c.leaseTimeout, Logger: c.cfg.Logger,
-		Alone: len(c.cfg.Allocators) == 0 && c.gossip == nil, Taken: c.slotsTaken})
+		Alone: len(c.cfg.Allocators) == 0 && c.gossip == nil, Taken: c.slotsTaken, MaxKeys: c.cfg.Lease.MaxKeys})
 }
 
 // slotsTaken counts slots taken, as allowed decisions: the loop reports

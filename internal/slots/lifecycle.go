@@ -85,6 +85,7 @@ func (m *Manager) drop(t *Table, k *Key, now time.Duration, how dropping) (Reque
 	}
 	k.dead.Store(true)
 	t.keys.remove(k)
+	m.keys.Add(-1)
 	refs.remove(k.ref)
 	if k.st.held > 0 && k.st.recorded(now) {
 		return Request{Rule: k.st.rule.Name, Key: k.st.name}, true

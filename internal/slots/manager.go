@@ -52,6 +52,10 @@ type Config struct {
 	Taken func(rule string, n int64, mode Mode)
 	// Tick is how often the loop looks at every key. default: 10ms
 	Tick time.Duration
+	// MaxKeys caps the keys the node holds slots of, over all rules: a new
+	// key beyond it gets no Key (Table.Key says nil) until idle keys go.
+	// 0: no cap.
+	MaxKeys int
 	// Stepped starts no loop and makes no call: the caller drives the
 	// Manager with Turn and Answer (answer.go).
 	Stepped bool
@@ -73,6 +77,8 @@ type Manager struct {
 	done      sync.WaitGroup
 	sends     sync.WaitGroup
 	queued    [][]Request // Stepped: releases for the caller to make
+	keys      atomic.Int64 // keys held, over all tables
+	over      atomic.Int64 // new keys refused at MaxKeys
 }
 
 var errShortAnswer = errors.New("slots: the allocator answered fewer leases than asked")
@@ -132,7 +138,8 @@ func (m *Manager) Forget(name string) {
 func (t *Table) Lookup(key string) *Key { return t.keys.load(key) }
 
 // Key returns the key's slots, adding the key (its first lease asked for
-// at once) if the node has none.
+// at once) if the node has none; nil when the key is new and the node
+// holds Config.MaxKeys keys.
 func (t *Table) Key(key string) *Key {
 	if k := t.Lookup(key); k != nil && !k.Dead() {
 		return k
@@ -144,6 +151,12 @@ func (t *Table) Key(key string) *Key {
 		t.m.mu.Unlock()
 		return o
 	}
+	if limit := t.m.cfg.MaxKeys; limit > 0 && t.m.keys.Load() >= int64(limit) {
+		t.m.mu.Unlock()
+		t.m.over.Add(1)
+		return nil
+	}
+	t.m.keys.Add(1)
 	k.ref = refs.add(k)
 	if t.m.cfg.Alone { // nobody to ask: the fallback at once
 		k.st.answered = true
@@ -162,6 +175,12 @@ func (t *Table) Key(key string) *Key {
 // First is closed once the key's first lease has been answered, or could
 // not be.
 func (k *Key) First() <-chan struct{} { return k.st.first }
+
+// Keys is how many keys the node holds slots of, over all rules.
+func (m *Manager) Keys() int { return int(m.keys.Load()) }
+
+// OverCap is how many times a new key found the node at Config.MaxKeys.
+func (m *Manager) OverCap() int64 { return m.over.Load() }
 
 // Down reports whether the last call found no allocator.
 func (m *Manager) Down() bool { return m.down.Load() }
