@@ -1,0 +1,224 @@
+package region
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/allot-dev/allot/internal/lease"
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/store"
+)
+
+// What a region lends a node of a global key, and why it stays within the
+// parent's bound (docs/bounds.md, "Regions"):
+//
+//   - Tokens only, taken out of the region's lease on the key
+//     (KeyLease.TakeUpTo): a node is lent nothing the parent did not lend
+//     the region, and nothing twice.
+//   - For no longer than those tokens live there (KeyLease.LiveFor): a
+//     node spends a grant before its request's send time plus the TTL,
+//     which is no later than the region's now plus the TTL, the earliest
+//     end of the region's leases, itself no later than the parent's.
+//   - What a node admitted outside a lease (its fallback) and what its
+//     settled costs took beyond what it held are charged to the region's
+//     lease (KeyLease.Charge): its tokens, then its debt, which goes to
+//     the parent with the key's next request.
+//   - What a node gives back is dropped. KeyLease.Give puts tokens back
+//     into the lease's counter but into none of its spans once the Core
+//     has charged the take to one: they would live to the newest lease's
+//     end, past the parent lease they came from. Dropped, the parent
+//     counts them spent, which costs accuracy and never the bound.
+
+// minLive is the least a region's tokens must still live to be lent: a
+// node's lease shorter than a few ms ends before it can spend it, and
+// costs a call for nothing.
+const minLive = 5 * time.Millisecond
+
+// keyLease is the region's lease on the key under r, nil when its lease
+// manager holds as many keys as it may.
+func (s *Store) keyLease(r *rules.Rule, key string) *lease.KeyLease {
+	return s.mgr.Table(r.Base()).Key(key)
+}
+
+// lend answers one node's request on a global key.
+func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease {
+	r := req.Rule
+	id := lenderID{r.Base().Name, req.Key}
+	if last, ok := s.keys.replay(id, req.Node, req.Seq); ok {
+		return last // a retry whose answer was lost: answered again, not applied again
+	}
+	now := s.clk.Mono()
+	if n := req.Consumed + req.Settled; n > 0 {
+		s.charge(r, req.Key, n, now)
+	}
+	if req.Returned > 0 {
+		s.lost.Add(req.Returned)
+	}
+	got, ttl, k := s.take(ctx, r, req.Key, req.Want)
+	now = s.clk.Mono()
+	g := store.Lease{Granted: got, TTL: ttl}
+	if got == 0 {
+		// Nothing lent, nothing to outlive: the node counts itself served
+		// (and does not fall back) for a lease's TTL, as any refusal says.
+		g.TTL = r.Lease.TTL
+	}
+	parent := 1
+	if k != nil {
+		g.Remaining = k.Tokens()
+		parent = max(k.FallbackNodes(), k.Holders(), 1)
+	}
+	if got < req.Want {
+		g.RetryAfter = retryAfter(r, req.Want-got)
+	}
+	s.sweep(now)
+	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, func(holders int) store.Lease {
+		g.Holders = holders
+		// A node's fallback divides the rule by the whole tree's holders:
+		// the region's, times the parent's count for the region.
+		g.FallbackNodes = int64(holders) * int64(parent)
+		return g
+	})
+}
+
+// sweep forgets, every ten seconds, the keys no node holds any more.
+func (s *Store) sweep(now time.Duration) {
+	last := s.swept.Load()
+	if now-time.Duration(last) < 10*time.Second || !s.swept.CompareAndSwap(last, int64(now)) {
+		return
+	}
+	s.keys.sweep(now)
+}
+
+// take takes up to want tokens of the region's lease on the key, and the
+// TTL they may be lent for. A key the region holds no lease on yet waits
+// for its first (within ctx), as a node's first request does.
+func (s *Store) take(ctx context.Context, r *rules.Rule, key string, want int64) (int64, time.Duration, *lease.KeyLease) {
+	var k *lease.KeyLease
+	for range 3 { // (a key that leaves its table meanwhile is looked up again)
+		if k = s.keyLease(r, key); k == nil || want <= 0 {
+			return 0, 0, k
+		}
+		live, gone := s.waitLive(ctx, r, k)
+		if gone {
+			continue
+		}
+		if live <= minLive {
+			k.Refused(want)
+			return 0, 0, k
+		}
+		got := k.TakeUpTo(want)
+		if got < 0 {
+			continue
+		}
+		if got < want {
+			k.Refused(want - got)
+		}
+		ttl := min(r.Lease.TTL, live)
+		if s.lent != nil && got > 0 {
+			s.lent(ttl, live)
+		}
+		return got, ttl, k
+	}
+	return 0, 0, k
+}
+
+// waitLive is how long the key's tokens live, read just before they are
+// taken; when it holds no lease, it waits for an answer from the parent
+// first, until ctx is nearly over (the node's call is answered within it).
+// gone says the key left its table: look it up again.
+func (s *Store) waitLive(ctx context.Context, r *rules.Rule, k *lease.KeyLease) (live time.Duration, gone bool) {
+	wait := 100 * time.Millisecond
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d) * 3 / 4
+	}
+	var timeout <-chan time.Time
+	for {
+		answered := s.mgr.Answered() // (before the look: an answer between the two wakes it)
+		if live = k.LiveFor(s.clk.Mono()); live > 0 {
+			return live, false
+		}
+		if s.mgr.Table(r.Base()).Lookup(k.Key()) != k {
+			return 0, true
+		}
+		if timeout == nil {
+			t := s.clk.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C()
+		}
+		select {
+		case <-answered:
+		case <-timeout:
+			return 0, false
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// charge counts n tokens a node admitted outside the region's lease
+// against it: from its tokens, then as its debt, reported to the parent.
+// What passes the rule's debt is dropped, as a node's own is.
+func (s *Store) charge(r *rules.Rule, key string, n int64, now time.Duration) {
+	for range 3 {
+		k := s.keyLease(r, key)
+		if k == nil {
+			return
+		}
+		if _, gone := k.Charge(lease.Verdict{Allowed: true}, n, now); !gone {
+			return
+		}
+	}
+}
+
+// retryAfter is when a node refused need tokens may ask again: when the
+// rule's rate makes them, within [5 ms, 50 ms], as the region's lease is
+// refilled from the parent continually.
+func retryAfter(r *rules.Rule, need int64) time.Duration {
+	d := time.Duration(min(float64(need)/r.Rate()*float64(time.Second), math.MaxInt64/2))
+	return min(max(d, 5*time.Millisecond), 50*time.Millisecond)
+}
+
+// release forgets a node as a holder of the key; what it gives back is
+// dropped (see above).
+func (s *Store) release(ret *store.Return) {
+	s.lost.Add(max(ret.Tokens, 0))
+	s.keys.leave(lenderID{ret.Rule.Base().Name, ret.Key}, ret.Node, s.clk.Mono())
+}
+
+// check decides cost tokens of a global key from the region's lease, all
+// or none.
+func (s *Store) check(ctx context.Context, r *rules.Rule, key string, cost int64) (store.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Decision{}, err
+	}
+	if cost > r.Capacity() {
+		return store.Decision{}, store.ErrCostAboveCapacity
+	}
+	d := store.Decision{Limit: r.Limit, RetryAfter: retryAfter(r, cost)}
+	for range 3 {
+		k := s.keyLease(r, key)
+		if k == nil {
+			return d, nil
+		}
+		live, gone := s.waitLive(ctx, r, k)
+		if gone {
+			continue
+		}
+		if live <= minLive {
+			k.Refused(cost)
+			return d, nil
+		}
+		left, ok := k.Take(cost)
+		if left < 0 {
+			continue
+		}
+		if !ok {
+			k.Refused(cost)
+			d.Remaining = left
+			return d, nil
+		}
+		return store.Decision{Allowed: true, Limit: r.Limit, Remaining: left}, nil
+	}
+	return d, nil
+}

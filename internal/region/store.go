@@ -1,0 +1,229 @@
+// Package region makes an allocator a region of a tree: its store lends
+// the keys of global rules (rules.ScopeGlobal) out of the region's own
+// leases on a parent allocator, and passes every other call to the
+// region's store unchanged. The region is a node of the parent: a
+// lease.Manager whose node id is the region's name holds one lease per
+// global (rule, key), and the region's nodes are lent tokens out of it,
+// never more than it holds and never for longer than its tokens live
+// (docs/bounds.md, "Regions"). It owns the split of calls between the two
+// stores, the lending, and the region's count of its holders; the
+// allocator's service (internal/server) does not know it is a region.
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	allotv1 "github.com/allot-dev/allot/api/allot/v1"
+	"github.com/allot-dev/allot/internal/clock"
+	"github.com/allot-dev/allot/internal/lease"
+	"github.com/allot-dev/allot/internal/rules"
+	"github.com/allot-dev/allot/internal/store"
+	"github.com/allot-dev/allot/internal/upstream"
+)
+
+// Config is what a region needs.
+type Config struct {
+	// Name is the region's node id at the parent: unique among the
+	// parent's regions.
+	Name string
+	// Parent is the parent allocator's gRPC address.
+	Parent string
+	// Local is the region's own store: every rule but the global ones.
+	Local store.Store
+	// Clock is the region's clock: its lease manager's, and the one the
+	// lending reads. default: the machine's
+	Clock clock.Clock
+	// Logger receives the region's log lines. default: slog.Default()
+	Logger *slog.Logger
+	// DialOptions are added to the dial to the parent. default: plaintext
+	DialOptions []grpc.DialOption
+	// Lease tunes the region's lease manager (Transport, Clock and Logger
+	// are the region's own); its zero fields take lease.DefaultConfig's.
+	Lease lease.Config
+}
+
+// Store is a region's store: store.Store over the region's own store and
+// its leases on the parent.
+type Store struct {
+	local store.Store
+	clk   clock.Clock
+	log   *slog.Logger
+	conns *upstream.Conns
+	mgr   *lease.Manager
+	rtts  upstream.RoundTrips
+	keys  lenders
+	lost  atomic.Int64 // tokens nodes gave back that the region could not keep (lend.go)
+	swept atomic.Int64 // the region's monotonic clock at the last sweep of its lenders
+	// lent, when set (tests), sees every grant's TTL beside how long the
+	// region's tokens still lived when they were taken.
+	lent func(ttl, live time.Duration)
+}
+
+// New dials the parent and starts the region's lease manager. The region
+// owns Local from then on: Close closes it.
+func New(cfg Config) (*Store, error) {
+	switch {
+	case cfg.Name == "":
+		return nil, errors.New("region: a name is required: it is the region's node id at the parent")
+	case cfg.Parent == "":
+		return nil, errors.New("region: a parent address is required")
+	case cfg.Local == nil:
+		return nil, errors.New("region: the region's own store is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Store{local: cfg.Local, clk: cfg.Clock, log: cfg.Logger}
+	s.keys.m = map[lenderID]*lender{}
+	lc := cfg.Lease
+	rpc := lc.RPCTimeout
+	if rpc <= 0 {
+		rpc = lease.DefaultConfig().RPCTimeout
+	}
+	timeout := func() time.Duration { return max(rpc, 3*s.rtts.Slowest()) }
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	s.conns = upstream.New(dial, cfg.Clock, cfg.Logger, timeout, rpc/4)
+	if err := s.conns.Set([]string{cfg.Parent}); err != nil {
+		s.conns.Close()
+		return nil, fmt.Errorf("region: parent %q: %w", cfg.Parent, err)
+	}
+	lc.Transport = &upstream.LeaseTransport{
+		API: allotv1.NewAllocatorClient(s.conns), NodeID: cfg.Name, RoundTrips: &s.rtts,
+		Timed: func(string) func(error) { return func(error) {} },
+		Down:  func() bool { return s.mgr.Down() },
+		// The region lends by its own rules; a parent that does not know
+		// one refuses its keys, which then lend nothing.
+		RulesStale: func() {},
+	}
+	lc.Clock, lc.Logger = cfg.Clock, cfg.Logger
+	if lc.RoundTrip == nil {
+		lc.RoundTrip = s.rtts.Slowest
+	}
+	s.mgr = lease.NewManager(lc)
+	return s, nil
+}
+
+// global reports whether a request on r is the region's to lend.
+func global(r *rules.Rule) bool { return r.IsGlobal() && r.Leasable() }
+
+// Acquire implements store.Store: the global rules' requests are lent
+// from the region's leases, the others go to the region's store in one
+// call, and the answers come back in the requests' order.
+func (s *Store) Acquire(ctx context.Context, reqs []store.AcquireRequest) ([]store.Lease, error) {
+	var localReqs []store.AcquireRequest
+	var at []int // where each of localReqs goes in the answer
+	out := make([]store.Lease, len(reqs))
+	for i := range reqs {
+		if !global(reqs[i].Rule) {
+			localReqs = append(localReqs, reqs[i])
+			at = append(at, i)
+		}
+	}
+	if len(localReqs) > 0 {
+		got, err := s.local.Acquire(ctx, localReqs)
+		if err != nil {
+			return nil, err
+		}
+		for j, l := range got {
+			out[at[j]] = l
+		}
+	}
+	for i := range reqs {
+		if global(reqs[i].Rule) {
+			out[i] = s.lend(ctx, &reqs[i])
+		}
+	}
+	return out, nil
+}
+
+// Release implements store.Store: a node that gives back a global key's
+// tokens stops being one of its holders here.
+func (s *Store) Release(ctx context.Context, rets []store.Return) error {
+	var localRets []store.Return
+	for _, r := range rets {
+		if global(r.Rule) {
+			s.release(&r)
+			continue
+		}
+		localRets = append(localRets, r)
+	}
+	if len(localRets) == 0 {
+		return nil
+	}
+	return s.local.Release(ctx, localRets)
+}
+
+// Check implements store.Store. A global rule is not strict (rules refuse
+// it), so only Envoy's service checks one: the cost is taken from the
+// region's lease, or refused.
+func (s *Store) Check(ctx context.Context, r *rules.Rule, key string, cost int64) (store.Decision, error) {
+	if !global(r) {
+		return s.local.Check(ctx, r, key, cost)
+	}
+	return s.check(ctx, r, key, cost)
+}
+
+// Exists implements store.Exister for the allocator's count of a node's
+// new keys: a global key costs the region's store nothing, so it counts
+// as known; the others are the region's store's to say.
+func (s *Store) Exists(ctx context.Context, reqs []store.AcquireRequest) ([]bool, error) {
+	out := make([]bool, len(reqs))
+	ex, ok := s.local.(store.Exister)
+	var localReqs []store.AcquireRequest
+	var at []int
+	for i := range reqs {
+		if global(reqs[i].Rule) || !ok {
+			out[i] = true
+			continue
+		}
+		localReqs = append(localReqs, reqs[i])
+		at = append(at, i)
+	}
+	if len(localReqs) == 0 {
+		return out, nil
+	}
+	got, err := ex.Exists(ctx, localReqs)
+	if err != nil {
+		return nil, err
+	}
+	for j, e := range got {
+		out[at[j]] = e
+	}
+	return out, nil
+}
+
+// Local is the region's own store, for what the allocator asks of its
+// backend alone (health, key counts, runtime overrides).
+func (s *Store) Local() store.Store { return s.local }
+
+// Lost is how many tokens nodes gave back that the region dropped.
+func (s *Store) Lost() int64 { return s.lost.Load() }
+
+// Close gives the region's leases back to the parent (within five
+// seconds), closes the connection and the region's store.
+func (s *Store) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var errs []error
+	if err := s.mgr.Close(ctx); err != nil && !upstream.IsUnreachable(err) {
+		errs = append(errs, fmt.Errorf("region: returning leases to the parent: %w", err))
+	}
+	if err := s.conns.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.local.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
