@@ -69,7 +69,7 @@ type tree struct {
 	addrs   []string
 }
 
-func newTree(t *testing.T, regions int) *tree {
+func newTree(t *testing.T, regions int, configure ...func(*Config)) *tree {
 	t.Helper()
 	set, err := rules.Parse("tree.yaml", []byte(treeRules))
 	if err != nil {
@@ -79,7 +79,11 @@ func newTree(t *testing.T, regions int) *tree {
 	t.Cleanup(func() { tr.parent.Close() })
 	parentAddr := serve(t, tr.parent, set)
 	for i := range regions {
-		rs, err := New(Config{Name: fmt.Sprintf("region-%c", 'a'+i), Parent: parentAddr, Local: store.NewMemory(clock.Real()), Logger: quiet})
+		cfg := Config{Name: fmt.Sprintf("region-%c", 'a'+i), Parent: parentAddr, Local: store.NewMemory(clock.Real()), Logger: quiet}
+		for _, f := range configure {
+			f(&cfg)
+		}
+		rs, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
