@@ -33,8 +33,10 @@ type World struct {
 // Stats counts what a run exercised.
 type Stats struct {
 	Decisions, Admitted, Fallback, Waited, Calls, Lost, Duplicated, Releases int
-	// Settled counts the requests settled after their work (settle.go), and
-	// the tokens above their estimates counted and left uncounted.
+	// Settled counts the requests settled after their work (settle.go);
+	// SettledExtra every token their work cost above its estimate, and
+	// SettledDropped those of them the nodes left uncounted (past their
+	// max_debt).
 	Settled                      int
 	SettledExtra, SettledDropped int64
 }
