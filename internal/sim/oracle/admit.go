@@ -22,10 +22,20 @@ const logHorizon = 8
 // before at): a node that falls back while nothing is wrong has no excuse,
 // and what it admits counts in the fleet's sums like any admission.
 func (o *Oracle) Admitted(at, storeAt time.Duration, node int, rule, key string, cost int64, mode Mode) {
-	o.admit(at, storeAt, node, rule, key, cost, mode, false)
+	o.admit(at, storeAt, node, rule, key, cost, mode, admission)
 }
 
-func (o *Oracle) admit(at, storeAt time.Duration, node int, rule, key string, cost int64, mode Mode, settled bool) {
+// spending is what an admit records: an admission, or the extra cost of a
+// request settled after its work.
+type spending uint8
+
+const (
+	admission spending = iota
+	settlement
+)
+
+func (o *Oracle) admit(at, storeAt time.Duration, node int, rule, key string, cost int64, mode Mode, what spending) {
+	settled := what == settlement
 	if !o.tick(at, "admission", rule, key) {
 		return
 	}
@@ -113,7 +123,7 @@ func (o *Oracle) admitBucket(ks *keyState, ns *nodeState, node int, at time.Dura
 	c := &ks.checks
 	if c.bucket == nil {
 		c.bucket = &rateBound{}
-		c.second = newWindowSum(ks.rs, boundSecond, o.fleet, time.Second, time.Second, true)
+		c.second = newWindowSum(ks.rs, boundSecond, o.fleet, time.Second, time.Second, bothEnds)
 	}
 	o.judgeRate(ks, InvBucket, -1, at, c.bucket.admit(ks.rs, 0, float64(o.stepped(ks, at)), cost, vlo))
 	sv := c.second.add(at, cost, vlo)
@@ -156,7 +166,7 @@ func (o *Oracle) admitWindow(ks *keyState, ns *nodeState, node int, at, storeAt 
 		return
 	}
 	if c.twice == nil {
-		c.twice = newWindowSum(ks.rs, boundTwice, o.n, p, p, false)
+		c.twice = newWindowSum(ks.rs, boundTwice, o.n, p, p, openEnd)
 	}
 	wv := c.twice.add(at, cost, vlo)
 	if !wv.ok && float64(wv.sum) <= 1.5*wv.bound && o.steppedAhead(wv.from-ks.rs.maxTTL, wv.to) {
@@ -185,14 +195,14 @@ func (o *Oracle) admitLog(ks *keyState, ns *nodeState, node int, at, storeAt tim
 	p := ks.rs.cur().Period
 	if unreserved {
 		if ns.fbLog == nil {
-			ns.fbLog = newWindowSum(ks.rs, boundNodeLimit, o.n, p, p, false)
+			ns.fbLog = newWindowSum(ks.rs, boundNodeLimit, o.n, p, p, openEnd)
 		}
 		o.judgeSum(ks, InvFallbackLog, node, at, false, ns.fbLog.add(at, cost, vlo))
 		return
 	}
 	c := &ks.checks
 	if c.log == nil {
-		c.log = newWindowSum(ks.rs, boundLimit, o.n, p, logHorizon*p, false)
+		c.log = newWindowSum(ks.rs, boundLimit, o.n, p, logHorizon*p, openEnd)
 	}
 	// The store keeps its log in whole microseconds (Redis TIME): a
 	// period is judged on that clock, or a request a store dropped at

@@ -135,7 +135,7 @@ func TestWindowSumMatchesBruteForce(t *testing.T) {
 		}
 		rs := &ruleState{}
 		rs.set(0, rule())
-		s := newWindowSum(rs, boundLimit, 1, time.Second, time.Hour, seed%2 == 0)
+		s := newWindowSum(rs, boundLimit, 1, time.Second, time.Hour, windowEnds(seed%2 == 0))
 		gap := 1 + rng.IntN(200)
 		var pts []histPt
 		now, x := time.Duration(0), time.Duration(0)

@@ -21,7 +21,7 @@ func (o *Oracle) Settled(at, storeAt time.Duration, node int, rule, key string, 
 		o.usage(at, rule, key, "node %d settled %d", node, n)
 		return
 	}
-	o.admit(at, storeAt, node, rule, key, n, mode, true)
+	o.admit(at, storeAt, node, rule, key, n, mode, settlement)
 }
 
 // Owes records that the callers of a request node admitted on rule's key

@@ -51,8 +51,17 @@ type windowVerdict struct {
 	bound    float64
 }
 
-func newWindowSum(rs *ruleState, kind boundKind, n int, w, horizon time.Duration, closed bool) *windowSum {
-	return &windowSum{w: w, horizon: max(horizon, w), closed: closed, rs: rs, kind: kind, n: n}
+// windowEnds says whether a window of a windowSum holds the points at
+// both its ends, [z−w, z], or only at its end, (z−w, z].
+type windowEnds bool
+
+const (
+	bothEnds windowEnds = true  // [z−w, z]
+	openEnd  windowEnds = false // (z−w, z]
+)
+
+func newWindowSum(rs *ruleState, kind boundKind, n int, w, horizon time.Duration, ends windowEnds) *windowSum {
+	return &windowSum{w: w, horizon: max(horizon, w), closed: ends == bothEnds, rs: rs, kind: kind, n: n}
 }
 
 // in says whether a point at px lies in the window ending at z.
