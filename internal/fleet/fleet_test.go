@@ -2,7 +2,7 @@
 // eight SDK nodes in this process, a delay proxy of the test's own between
 // each node and the allocator, and load offered at a multiple of the rule's
 // rate. They measure what the fleet admits against the ideal and the
-// bounds of DESIGN.md. They run without the race detector (make test runs
+// bounds of docs/design.md (Guarantees). They run without the race detector (make test runs
 // them on their own), since the load they offer is what is measured.
 //
 // Every fleet is cold: its nodes know the allocators and their own ids, no

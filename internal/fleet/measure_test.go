@@ -212,7 +212,7 @@ func (r *run) boundSlack() (slack float64, T time.Duration) {
 
 // checkBounds fails the test if any window of a second or more admitted
 // more than burst + rate·(T + ttl), or any second more than burst +
-// 1.1·rate (guarantee 2 of DESIGN.md), and, for a fixed window, if any of
+// 1.1·rate (docs/design.md, Guarantees), and, for a fixed window, if any of
 // the store's windows admitted more than the limit.
 func (r *run) checkBounds(t *testing.T) {
 	t.Helper()

@@ -14,7 +14,7 @@ import "time"
 //   - sliding window: the same windows, and the classic counter over them,
 //     admitting when the previous window's count weighted by the part of
 //     it the sliding window still covers, plus the current one's and the
-//     request's, fit in l. (min(offered, l) a window, as SIMULATION.md
+//     request's, fit in l. (min(offered, l) a window, as docs/simulation.md
 //     says, is more than any sliding window counter admits under a steady
 //     overload: it counts each window as if the one before were empty.)
 //   - sliding log: an exact log, admitting when the costs admitted in
