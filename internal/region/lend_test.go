@@ -119,7 +119,9 @@ func TestNoParentNoGlobalTokens(t *testing.T) {
 	dead := lis.Addr().String()
 	lis.Close()
 	tr := newTree(t, 0)
-	rs, err := New(Config{Name: "cut", Parent: dead, Local: store.NewMemory(clock.Real()), Logger: quiet})
+	local := store.NewMemory(clock.Real())
+	defer local.Close()
+	rs, err := New(Config{Name: "cut", Parent: dead, Local: local, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,9 @@ func newTree(t *testing.T, regions int, configure ...func(*Config)) *tree {
 	t.Cleanup(func() { tr.parent.Close() })
 	parentAddr := serve(t, tr.parent, set)
 	for i := range regions {
-		cfg := Config{Name: fmt.Sprintf("region-%c", 'a'+i), Parent: parentAddr, Local: store.NewMemory(clock.Real()), Logger: quiet}
+		local := store.NewMemory(clock.Real())
+		t.Cleanup(func() { local.Close() })
+		cfg := Config{Name: fmt.Sprintf("region-%c", 'a'+i), Parent: parentAddr, Local: local, Logger: quiet}
 		for _, f := range configure {
 			f(&cfg)
 		}

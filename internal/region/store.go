@@ -67,8 +67,8 @@ type Store struct {
 	lent func(ttl, live time.Duration)
 }
 
-// New dials the parent and starts the region's lease manager. The region
-// owns Local from then on: Close closes it.
+// New dials the parent and starts the region's lease manager. Local stays
+// its owner's to close.
 func New(cfg Config) (*Store, error) {
 	switch {
 	case cfg.Name == "":
@@ -211,7 +211,8 @@ func (s *Store) Local() store.Store { return s.local }
 func (s *Store) Lost() int64 { return s.lost.Load() }
 
 // Close gives the region's leases back to the parent (within five
-// seconds), closes the connection and the region's store.
+// seconds) and closes the connection to it; the region's own store is its
+// owner's to close.
 func (s *Store) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -220,9 +221,6 @@ func (s *Store) Close() error {
 		errs = append(errs, fmt.Errorf("region: returning leases to the parent: %w", err))
 	}
 	if err := s.conns.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := s.local.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
