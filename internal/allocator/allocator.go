@@ -21,6 +21,7 @@ import (
 	"github.com/allot-dev/allot/internal/clock"
 	"github.com/allot-dev/allot/internal/envoy"
 	"github.com/allot-dev/allot/internal/fallback"
+	"github.com/allot-dev/allot/internal/region"
 	"github.com/allot-dev/allot/internal/rules"
 	"github.com/allot-dev/allot/internal/server"
 	"github.com/allot-dev/allot/internal/store"
@@ -32,17 +33,22 @@ type Allocator struct {
 	log      *slog.Logger
 	store    store.Store
 	ownStore bool
-	server   *server.Server
-	envoy    *envoy.Service
-	metrics  *server.Metrics
-	registry *prometheus.Registry
-	grpc     *grpc.Server
-	health   *health.Server
-	lis      net.Listener
-	http     *http.Server
-	httpLis  net.Listener
-	gossip   *fallback.Gossip
-	clock    clock.Clock
+	// lending is what the services lend from: the store, or the region in
+	// front of it (region.go).
+	lending    store.Store
+	region     *region.Store // nil without Config.Parent
+	warnGlobal sync.Once
+	server     *server.Server
+	envoy      *envoy.Service
+	metrics    *server.Metrics
+	registry   *prometheus.Registry
+	grpc       *grpc.Server
+	health     *health.Server
+	lis        net.Listener
+	http       *http.Server
+	httpLis    net.Listener
+	gossip     *fallback.Gossip
+	clock      clock.Clock
 
 	envoyGRPC *grpc.Server // nil without Config.EnvoyListen
 	envoyLis  net.Listener
@@ -65,6 +71,9 @@ type Allocator struct {
 // Stop or Shutdown ends it all.
 func New(cfg Config) (*Allocator, error) {
 	cfg.fill()
+	if err := cfg.checkRegion(); err != nil {
+		return nil, err
+	}
 	a := &Allocator{cfg: cfg, log: cfg.Logger, registry: prometheus.NewRegistry(), clock: cfg.Clock}
 	set, err := a.initialRules()
 	if err != nil {
@@ -79,11 +88,15 @@ func New(cfg Config) (*Allocator, error) {
 	if err := a.openStore(); err != nil {
 		return nil, err
 	}
+	if err := a.openRegion(set); err != nil {
+		a.closeStore()
+		return nil, err
+	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.registerStoreKeys()
 	a.metrics = server.NewMetrics(a.registry)
 	a.shed = newShedder(bound(cfg.MaxInFlight), bound(cfg.MaxInFlightPerNode), a.registry)
-	a.server, err = server.New(server.Config{Store: a.store, Rules: set, StoreTimeout: cfg.StoreTimeout,
+	a.server, err = server.New(server.Config{Store: a.lending, Rules: set, StoreTimeout: cfg.StoreTimeout,
 		Limits: cfg.Limits, Metrics: a.metrics, Logger: a.log, Clock: a.clock, NewKeysPerNode: cfg.NewKeysPerNode})
 	if err != nil {
 		a.closeStore()

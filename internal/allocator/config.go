@@ -52,6 +52,16 @@ type Config struct {
 	NewKeysPerNode float64
 	// StoreTimeout bounds each store call.
 	StoreTimeout time.Duration
+	// Parent is a parent allocator's gRPC address: this allocator is then
+	// a region, and leases the rules of scope global from the parent as a
+	// node does, lending its own nodes out of those leases
+	// (internal/region). Plaintext. default: none; global rules are
+	// served from the store, as regional ones
+	Parent string
+	// Region is this allocator's name at its parent, its node id there:
+	// unique among the parent's regions, shared by a region's allocators.
+	// Required with Parent.
+	Region string
 	// Limits bound the input of every call. default: server.DefaultLimits()
 	Limits server.Limits
 	// GossipBind, when set, joins a memberlist pool as an allocator, so that

@@ -20,7 +20,7 @@ import (
 
 // setupEnvoy builds the service on the allocator's store and rules.
 func (a *Allocator) setupEnvoy() error {
-	svc, err := envoy.New(envoy.Config{Store: a.store, Rules: a.server.Rules, StoreTimeout: a.cfg.StoreTimeout,
+	svc, err := envoy.New(envoy.Config{Store: a.lending, Rules: a.server.Rules, StoreTimeout: a.cfg.StoreTimeout,
 		Registerer: a.registry, StoreMetrics: a.metrics, Logger: a.log, Clock: a.clock})
 	if err != nil {
 		return err

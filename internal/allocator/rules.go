@@ -58,6 +58,7 @@ func (a *Allocator) Reload() error {
 		return err
 	}
 	old := a.server.Rules().Version()
+	a.warnGlobalWithoutParent(set)
 	a.overlay.SetFile(set) // with the runtime overrides merged in
 	a.envoy.RulesLoaded(set)
 	domains, limits := envoySize(set)

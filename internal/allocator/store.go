@@ -56,6 +56,7 @@ func (a *Allocator) registerStoreKeys() {
 }
 
 func (a *Allocator) closeStore() {
+	a.closeRegion()
 	if a.ownStore {
 		if err := a.store.Close(); err != nil {
 			a.log.Warn("closing the store", "err", err)
