@@ -146,3 +146,33 @@ func TestNoParentNoGlobalTokens(t *testing.T) {
 		t.Fatalf("global %+v, regional %+v: want nothing with a retry, and the regional grant", got[0], got[1])
 	}
 }
+
+// Envoy's service checks a global key against the region's lease: all of
+// a cost or none, and a cost above the rule's capacity never.
+func TestCheckOnAGlobalKey(t *testing.T) {
+	var answered atomic.Int64
+	tr := newTree(t, 1, func(c *Config) {
+		c.Lease.Hooks.Acquired = func(int, int64, int64, time.Duration, error) { answered.Add(1) }
+	})
+	rs := tr.regions[0]
+	r := tr.rule(t, "g").Rule
+	ctx := context.Background()
+	d, err := rs.Check(ctx, r, "k", 1)
+	if err != nil || !d.Allowed || d.Limit != 1000 {
+		t.Fatalf("first check: %+v, %v; want allowed (after the region's first lease)", d, err)
+	}
+	k := rs.keyLease(r, "k")
+	for !rs.mgr.Idle() {
+		rs.mgr.Sync()
+	}
+	held, calls := k.Tokens(), answered.Load()
+	if held >= r.Capacity() {
+		t.Skipf("the region holds the whole burst (%d): no cost between it and the capacity", held)
+	}
+	if d, err := rs.Check(ctx, r, "k", held+1); answered.Load() == calls && (err != nil || d.Allowed || k.Tokens() != held) {
+		t.Fatalf("a check of %d with %d held: %+v, %v, holds %d after; want refused, nothing taken", held+1, held, d, err, k.Tokens())
+	}
+	if _, err := rs.Check(ctx, r, "k", r.Capacity()+1); err != store.ErrCostAboveCapacity {
+		t.Fatalf("above capacity: %v", err)
+	}
+}
