@@ -123,14 +123,21 @@ func (s *Store) take(ctx context.Context, r *rules.Rule, key string, want int64)
 	return 0, 0, k
 }
 
+// firstWait is the longest a node's request waits for the region's lease
+// on a key it holds none of: well within a node's lease call's deadline
+// (250 ms by default), which, passed, would put the node on its fallback
+// while the region answers. A parent further away than this is answered
+// later; the node is refused meanwhile and asks again.
+const firstWait = 100 * time.Millisecond
+
 // waitLive is how long the key's tokens live, read just before they are
 // taken; when it holds no lease, it waits for an answer from the parent
-// first, until ctx is nearly over (the node's call is answered within it).
-// gone says the key left its table: look it up again.
+// first, at most firstWait and until ctx is nearly over. gone says the key
+// left its table: look it up again.
 func (s *Store) waitLive(ctx context.Context, r *rules.Rule, k *lease.KeyLease) (live time.Duration, gone bool) {
-	wait := 100 * time.Millisecond
+	wait := firstWait
 	if d, ok := ctx.Deadline(); ok {
-		wait = time.Until(d) * 3 / 4
+		wait = min(wait, time.Until(d)*3/4)
 	}
 	var timeout <-chan time.Time
 	for {
