@@ -1,16 +1,26 @@
 package region
 
 import (
+	"math"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/allot-dev/allot/internal/store"
 )
 
-// A region's count of the nodes that hold each global key, and the last
-// answer each was sent, to answer a retry again rather than apply it
-// twice. A node holds a key from its request until its lease there ends,
-// or it gives the key back.
+// A region's count of the nodes that hold each global key, what each
+// node's fallback divides the rule by, and the last answer each was sent,
+// to answer a retry again rather than apply it twice. A node holds a key
+// from its request until its lease there ends, or it gives the key back.
+//
+// The fallback counts follow the store's (docs/bounds.md, rule 5), in
+// parts of the whole rule: the parent tells the region its part, 1/P; the
+// region tells each node a count N, so that the nodes' parts, 1/N each,
+// sum to at most 1/P. Each node is counted at the least it may use until
+// its next request (what it was told, or what it said it used, if fewer),
+// and a newcomer gets what the others leave: none while they leave none,
+// until they ask again and are told their part of the new count.
 
 type lenderID struct{ rule, key string }
 
@@ -31,6 +41,22 @@ type holder struct {
 	until time.Duration // the region's monotonic clock: its lease's end here
 	seq   int64         // of its last request answered
 	last  store.Lease   // that answer
+	n     int64         // what its fallback divides the rule by, at least, until its next request
+}
+
+// maxFallbackNodes is what a node the others' parts leave no room for is
+// told to divide by: its fallback admits nothing (the store's).
+const maxFallbackNodes = math.MaxInt32
+
+// fallbackNodes is what a node's fallback divides the whole rule by: its
+// part of the region's 1/parent, no more than the others' parts
+// (taken) leave, and no more than an even split among count holders.
+func fallbackNodes(count int, parent int64, taken float64) int64 {
+	rest := 1/float64(parent) - taken
+	if rest <= 1e-9 {
+		return maxFallbackNodes
+	}
+	return min(max(int64(count)*parent, int64(math.Ceil(1/rest-1e-9))), maxFallbackNodes)
 }
 
 func (ls *lenders) get(id lenderID) *lender {
@@ -64,9 +90,13 @@ func (ls *lenders) replay(id lenderID, node string, seq int64) (store.Lease, boo
 	return store.Lease{}, false
 }
 
-// hold counts the node a holder of the key until until, at now, and
-// records the answer answer makes of the key's live holders, it among them.
-func (ls *lenders) hold(id lenderID, node string, seq int64, now, until time.Duration, answer func(holders int) store.Lease) store.Lease {
+// hold counts the node a holder of the key until until, at now, tells it
+// what its fallback divides the rule by (the region's part being
+// 1/parent; said is what the node said it divides by, 0 if it did not),
+// and records the answer answer makes of the key's live holders, it among
+// them, and that count.
+func (ls *lenders) hold(id lenderID, node string, seq int64, now, until time.Duration, said, parent int64,
+	answer func(holders int, fallbackNodes int64) store.Lease) store.Lease {
 	for {
 		l := ls.get(id)
 		l.mu.Lock()
@@ -80,12 +110,26 @@ func (ls *lenders) hold(id lenderID, node string, seq int64, now, until time.Dur
 			l.nodes[node] = h
 		}
 		h.until = max(h.until, until)
+		var parts []float64
 		for n, o := range l.nodes {
-			if o.until <= now {
+			switch {
+			case o.until <= now:
 				delete(l.nodes, n)
+			case o != h:
+				parts = append(parts, 1/float64(max(o.n, 1)))
 			}
 		}
-		g := answer(len(l.nodes))
+		slices.Sort(parts) // (a sum in one order, whatever the map's)
+		taken := 0.0
+		for _, p := range parts {
+			taken += p
+		}
+		told := fallbackNodes(len(l.nodes), max(parent, 1), taken)
+		h.n = told
+		if said > 0 {
+			h.n = min(told, said)
+		}
+		g := answer(len(l.nodes), told)
 		h.seq, h.last = seq, g
 		l.mu.Unlock()
 		return g

@@ -63,6 +63,8 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 		// (and does not fall back) for a lease's TTL, as any refusal says.
 		g.TTL = r.Lease.TTL
 	}
+	// The region's part of the rule's fallback is what the parent told it
+	// (or its count of the key's holders, if more, as a node divides by).
 	parent := 1
 	if k != nil {
 		g.Remaining = k.Tokens()
@@ -72,13 +74,11 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 		g.RetryAfter = retryAfter(r, req.Want-got)
 	}
 	s.sweep(now)
-	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, func(holders int) store.Lease {
-		g.Holders = holders
-		// A node's fallback divides the rule by the whole tree's holders:
-		// the region's, times the parent's count for the region.
-		g.FallbackNodes = int64(holders) * int64(parent)
-		return g
-	})
+	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, req.FallbackNodes, int64(parent),
+		func(holders int, fallbackNodes int64) store.Lease {
+			g.Holders, g.FallbackNodes = holders, fallbackNodes
+			return g
+		})
 }
 
 // sweep forgets, every ten seconds, the keys no node holds any more.

@@ -93,16 +93,29 @@ func TestLendingAccounts(t *testing.T) {
 	if rs.Lost() != 3 {
 		t.Fatalf("lost %d, want the 3 given back", rs.Lost())
 	}
-	// A second node: two holders, and each node's fallback divides by the
-	// region's holders times the parent's count for the region.
+	// A second node: two holders. Each node's fallback divides the rule
+	// so that their parts sum to the region's part at most: the newcomer
+	// gets what the first leaves (none), and both the half of it once
+	// each has asked again.
+	P := func() int64 { return int64(max(k.FallbackNodes(), k.Holders(), 1)) }
+	if first.FallbackNodes != P() {
+		t.Fatalf("the first holder's fallback divides by %d, want the region's count at the parent, %d", first.FallbackNodes, P())
+	}
 	req2 := tr.rule(t, "g")
 	req2.Key, req2.Node, req2.Want, req2.Seq = "k", "n2", 1, 1
-	g := acquire(t, rs, req2)
-	if g.Holders != 2 || g.FallbackNodes != int64(2*max(k.FallbackNodes(), k.Holders(), 1)) {
-		t.Fatalf("second holder: holders %d, fallback nodes %d; the region's count at the parent %d", g.Holders, g.FallbackNodes, k.FallbackNodes())
+	if g := acquire(t, rs, req2); g.Holders != 2 || g.FallbackNodes != maxFallbackNodes {
+		t.Fatalf("second holder: holders %d, fallback nodes %d; want 2 and none left (%d)", g.Holders, g.FallbackNodes, maxFallbackNodes)
+	}
+	req.Seq, req.Consumed, req.Returned = 10, 0, 0
+	if g := acquire(t, rs, req); g.FallbackNodes != 2*P() {
+		t.Fatalf("the first holder again: fallback nodes %d, want %d", g.FallbackNodes, 2*P())
+	}
+	req2.Seq = 2
+	if g := acquire(t, rs, req2); g.FallbackNodes != 2*P() {
+		t.Fatalf("the second holder again: fallback nodes %d, want %d", g.FallbackNodes, 2*P())
 	}
 	rs.Release(context.Background(), []store.Return{{Rule: req.Rule, Key: "k", Node: "n2", Tokens: 1}})
-	req.Seq, req.Consumed, req.Returned = 9, 0, 0
+	req.Seq = 11
 	if g := acquire(t, rs, req); g.Holders != 1 {
 		t.Fatalf("after n2 released: holders %d, want 1", g.Holders)
 	}
