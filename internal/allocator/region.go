@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/allot-dev/allot/internal/region"
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -37,6 +39,7 @@ func (a *Allocator) openRegion(set *rules.Set) error {
 		return fmt.Errorf("--parent: %w", err)
 	}
 	a.region, a.lending = rs, rs
+	a.registerRegion()
 	a.log.Info("region: global rules are leased from the parent", "parent", a.cfg.Parent, "region", a.cfg.Region,
 		"global_rules", globalRules(set))
 	return nil
@@ -75,4 +78,26 @@ func (a *Allocator) closeRegion() {
 	if err := a.region.Close(); err != nil {
 		a.log.Warn("closing the region", "err", err)
 	}
+}
+
+// registerRegion exports what the region holds of the parent's and whether
+// the parent answers.
+func (a *Allocator) registerRegion() {
+	rs := a.region
+	a.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_region_parent_up", Help: "1 while the region's calls to its parent (--parent) are answered, 0 after one failed as an outage does.",
+		}, func() float64 {
+			if rs.ParentDown() {
+				return 0
+			}
+			return 1
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_region_global_keys", Help: "Keys of global rules the region holds leases on at its parent.",
+		}, func() float64 { return float64(rs.Keys()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "allot_region_returned_dropped_total", Help: "Tokens of global keys the region's nodes gave back, which the region does not lend again (the parent counts them spent).",
+		}, func() float64 { return float64(rs.Lost()) }),
+	)
 }

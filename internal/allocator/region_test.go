@@ -48,7 +48,7 @@ func TestRegionLeasesGlobalRulesFromItsParent(t *testing.T) {
 	writeRules(t, path, globalRules)
 	var rootLogs, regionLogs syncBuffer
 	root, rootConn := start(t, allocator.Config{RulesFile: path, Logger: slog.New(slog.NewJSONHandler(&rootLogs, nil))})
-	_, conn := start(t, allocator.Config{RulesFile: path, Parent: root.Addr(), Region: "eu",
+	region, conn := start(t, allocator.Config{RulesFile: path, Parent: root.Addr(), Region: "eu",
 		Logger: slog.New(slog.NewJSONHandler(&regionLogs, nil))})
 	waitRecord(t, &regionLogs, "region: global rules are leased from the parent")
 
@@ -76,6 +76,25 @@ func TestRegionLeasesGlobalRulesFromItsParent(t *testing.T) {
 	if resp.Leases[0].Holders != 2 || resp.Leases[1].Holders != 1 {
 		t.Errorf("at the parent: holders %d of the global key (want the region and this one), %d of the regional key (want 1)",
 			resp.Leases[0].Holders, resp.Leases[1].Holders)
+	}
+
+	metrics, err := region.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"allot_region_parent_up": 1, "allot_region_global_keys": 1, "allot_region_returned_dropped_total": 0}
+	for _, mf := range metrics {
+		if v, ok := want[mf.GetName()]; ok {
+			m := mf.GetMetric()[0]
+			got := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			if got != v {
+				t.Errorf("%s = %v, want %v", mf.GetName(), got, v)
+			}
+			delete(want, mf.GetName())
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("metrics missing: %v", want)
 	}
 
 	const warning = "rules of scope global are served from this allocator's own store, as regional ones: right for the root of a tree of regions, " +

@@ -210,6 +210,13 @@ func (s *Store) Local() store.Store { return s.local }
 // Lost is how many tokens nodes gave back that the region dropped.
 func (s *Store) Lost() int64 { return s.lost.Load() }
 
+// Keys is how many global keys the region holds leases on at the parent.
+func (s *Store) Keys() int { return s.mgr.Keys() }
+
+// ParentDown reports whether the region's last call to the parent failed
+// as an outage does.
+func (s *Store) ParentDown() bool { return s.mgr.Down() }
+
 // Close gives the region's leases back to the parent (within five
 // seconds) and closes the connection to it; the region's own store is its
 // owner's to close.
