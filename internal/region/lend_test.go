@@ -2,6 +2,7 @@ package region
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -187,5 +188,29 @@ func TestCheckOnAGlobalKey(t *testing.T) {
 	}
 	if _, err := rs.Check(ctx, r, "k", r.Capacity()+1); err != store.ErrCostAboveCapacity {
 		t.Fatalf("above capacity: %v", err)
+	}
+}
+
+// A call of many keys new to the region is lent on each within the call:
+// their first leases from the parent leave together.
+func TestNewKeysLeaseTogether(t *testing.T) {
+	tr := newTree(t, 1)
+	rs := tr.regions[0]
+	var reqs []store.AcquireRequest
+	for i := range 50 {
+		req := tr.rule(t, "g")
+		req.Key, req.Node, req.Want = fmt.Sprintf("k%d", i), "n1", 1
+		reqs = append(reqs, req)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	got, err := rs.Acquire(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range got {
+		if g.Granted != 1 {
+			t.Errorf("%s: granted %d, want 1", reqs[i].Key, g.Granted)
+		}
 	}
 }

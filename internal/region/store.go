@@ -139,6 +139,14 @@ func (s *Store) Acquire(ctx context.Context, reqs []store.AcquireRequest) ([]sto
 			out[at[j]] = l
 		}
 	}
+	// Every global key is looked up before any is lent: the region's first
+	// leases of the keys new to it leave together, rather than one after
+	// the other as each waits for its own.
+	for i := range reqs {
+		if global(reqs[i].Rule) {
+			s.keyLease(reqs[i].Rule, reqs[i].Key)
+		}
+	}
 	for i := range reqs {
 		if global(reqs[i].Rule) {
 			out[i] = s.lend(ctx, &reqs[i])
