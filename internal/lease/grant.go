@@ -64,7 +64,7 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 	inFlight, since := k.closeFallback(now)
 	c.accrue(k, now) // the old share, up to the answer
 	k.setShare(f, g, now)
-	k.spans.settle(k.taken())
+	k.settleSpans()
 	if (g.Granted > 0 || g.Rate > 0) && expiry.After(now) {
 		pay := min(inFlight, g.Granted)
 		inFlight -= pay

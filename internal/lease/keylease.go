@@ -20,7 +20,7 @@ const left = math.MinInt64 / 2
 // hot path and callers' decisions read of it.
 type KeyLease struct {
 	tokens    atomic.Int64  // spendable leased tokens; < 0 once it left
-	gen       atomic.Uint64 // bumped when tokens die with their lease (Give)
+	gen       atomic.Uint64 // bumped when tokens die with their lease, or a span they were charged to goes (Give)
 	low       atomic.Int64  // the watermark: below it a refill is asked for
 	bits      atomic.Uint32 // queued, asleep (hot.go)
 	demand    atomic.Int64  // asked of the key and not taken from its lease: the rate estimate's
@@ -115,6 +115,15 @@ func (k *KeyLease) Tokens() int64 { return max(k.tokens.Load(), 0) }
 // taken is how many tokens Take has spent in all: what went in less what
 // is left. Only the Core calls it.
 func (k *KeyLease) taken() int64 { return k.spans.credited - max(k.tokens.Load(), 0) }
+
+// settleSpans charges the hot path's spends to the key's spans (settle);
+// when a span goes with them, what was taken before can no longer be
+// given back (Give, Undo): it is of no lease now.
+func (k *KeyLease) settleSpans() {
+	if k.spans.settle(k.taken()) {
+		k.gen.Add(1)
+	}
+}
 
 // remove takes up to n tokens out for the Core (expiry, a return) and
 // reports how many it took.

@@ -21,17 +21,32 @@ type spans struct {
 const maxSpans = 3
 
 // settle charges what the hot path took since the last settle to the
-// oldest spans.
-func (s *spans) settle(taken int64) {
+// oldest spans, and reports whether a span went with it: tokens taken
+// before then and given back (Give) would have no lease left of their own,
+// so the owner makes their generation stale, and they are not given back.
+//
+// Tokens given back since the last settle (taken fell) go to the oldest
+// span, which dies first: they were charged to it, or to a later one when
+// it ran out (then it went, and they cannot come back). Counted nowhere,
+// they would live on to the newest lease's end.
+func (s *spans) settle(taken int64) (dropped bool) {
 	spent := taken - s.seen
 	s.seen = taken
+	if spent < 0 {
+		if s.k > 0 {
+			s.n[0] -= spent
+		}
+		return false
+	}
 	for i := 0; i < s.k && spent > 0; i++ {
 		d := min(spent, s.n[i])
 		s.n[i] -= d
 		spent -= d
 	}
 	// Spent spans go, but the newest: it is where a share's earnings go.
+	k := s.k
 	s.drop(func(i int) bool { return s.n[i] <= 0 && i < s.k-1 })
+	return s.k < k
 }
 
 // put adds n tokens (n may be 0: a lease of a share alone) that die at end.

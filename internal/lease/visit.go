@@ -142,7 +142,7 @@ func (c *Core) taken(k *KeyLease, n int64) {
 // expire takes out the tokens whose lease has ended.
 func (c *Core) expire(k *KeyLease, now mono) {
 	defer k.syncSpendBy()
-	k.spans.settle(k.taken())
+	k.settleSpans()
 	if k.spans.k == 0 {
 		return
 	}
