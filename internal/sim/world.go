@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -47,29 +46,63 @@ type event struct {
 	fn  func()
 }
 
+// eventQueue is a binary heap of events, earliest first (ties in the
+// order they were scheduled): written out for the one type, since
+// container/heap boxes every event it is given, and the world schedules
+// millions.
 type eventQueue []event
 
 func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
+
+func (q eventQueue) less(i, j int) bool {
 	if q[i].at != q[j].at {
 		return q[i].at < q[j].at
 	}
 	return q[i].seq < q[j].seq
 }
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	old[len(old)-1] = event{}
-	*q = old[:len(old)-1]
+
+func (q *eventQueue) push(e event) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *eventQueue) pop() event {
+	h := *q
+	e := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = event{}
+	h = h[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r := l + 1; r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
 	return e
 }
 
 // at schedules fn at true time t (not before now).
 func (w *World) at(t time.Duration, fn func()) {
 	w.seq++
-	heap.Push(&w.events, event{at: max(t, w.now), seq: w.seq, fn: fn})
+	w.events.push(event{at: max(t, w.now), seq: w.seq, fn: fn})
 }
 
 // after schedules fn d from now.
@@ -179,7 +212,7 @@ func runScenario(seed uint64, sc *Scenario, traceLines int) Result {
 	defer w.close()
 	w.start()
 	for w.events.Len() > 0 {
-		e := heap.Pop(&w.events).(event)
+		e := w.events.pop()
 		if e.at > sc.Length {
 			break
 		}
