@@ -130,11 +130,8 @@ func New(c *client.Client, opts Options) (*Interceptor, error) {
 	if c == nil {
 		return nil, errors.New("grpclimit: New: the client is nil")
 	}
-	rules := make([]string, len(opts.Policies))
-	for i, p := range opts.Policies {
-		rules[i] = p.Rule
-	}
-	if err := middleware.CheckRules("grpclimit", c, rules); err != nil {
+	rules, err := middleware.PolicyRules("grpclimit", c, opts.Policies, func(p Policy) string { return p.Rule })
+	if err != nil {
 		return nil, err
 	}
 	d := DefaultOptions()

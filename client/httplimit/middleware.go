@@ -167,11 +167,8 @@ func New(c *client.Client, opts Options) (*Middleware, error) {
 	if c == nil {
 		return nil, errors.New("httplimit: New: the client is nil")
 	}
-	rules := make([]string, len(opts.Policies))
-	for i, p := range opts.Policies {
-		rules[i] = p.Rule
-	}
-	if err := middleware.CheckRules("httplimit", c, rules); err != nil {
+	rules, err := middleware.PolicyRules("httplimit", c, opts.Policies, func(p Policy) string { return p.Rule })
+	if err != nil {
 		return nil, err
 	}
 	d := DefaultOptions()

@@ -16,6 +16,19 @@ import (
 	"github.com/allot-dev/allot/client"
 )
 
+// PolicyRules returns the rules a middleware's policies name, in their
+// order, once CheckRules has found them sound.
+func PolicyRules[P any](pkg string, c *client.Client, policies []P, rule func(P) string) ([]string, error) {
+	rules := make([]string, len(policies))
+	for i, p := range policies {
+		rules[i] = rule(p)
+	}
+	if err := CheckRules(pkg, c, rules); err != nil {
+		return nil, err
+	}
+	return rules, nil
+}
+
 // CheckRules checks the rules a middleware's policies name, in the
 // policies' order, as its New does: at least one, none empty or named
 // twice, each known to c, and no two strict ones. pkg names the middleware
