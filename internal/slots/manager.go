@@ -76,7 +76,7 @@ type Manager struct {
 	stop      chan struct{}
 	done      sync.WaitGroup
 	sends     sync.WaitGroup
-	queued    [][]Request // Stepped: releases for the caller to make
+	queued    [][]Request  // Stepped: releases for the caller to make
 	keys      atomic.Int64 // keys held, over all tables
 	over      atomic.Int64 // new keys refused at MaxKeys
 }
