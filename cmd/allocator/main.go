@@ -54,6 +54,8 @@ type options struct {
 	adminIdentities              string
 	overridesPoll                time.Duration
 	parent, region               string
+	parentTLSCA, parentTLSCert   string
+	parentTLSKey, parentToken    string
 }
 
 // The defaults of the flags that are the command's own; the others are
@@ -109,8 +111,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.gossipKeyring, "gossip-keyring", "", "file of gossip encryption keys, base64, one a line, the first encrypts; reloaded on SIGHUP (ALLOT_GOSSIP_KEYRING). Default: gossip in the clear")
 	fs.StringVar(&o.envoyConfigDir, "envoy-config-dir", "", "directory of envoyproxy/ratelimit config files (its RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), one domain per *.yaml as they are, added to the rules file's envoy section; reloaded on SIGHUP (ALLOT_ENVOY_CONFIG_DIR). Default: none")
 	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")
-	fs.StringVar(&o.parent, "parent", "", "a parent allocator's gRPC address, plaintext: rules of scope global are leased from it, and this allocator is a region (ALLOT_PARENT). Default: none, global rules are served as regional ones")
-	fs.StringVar(&o.region, "region", "", "this allocator's name at --parent, unique among its regions (ALLOT_REGION)")
+	fs.StringVar(&o.parent, "parent", "", "a parent allocator's gRPC address: rules of scope global are leased from it, and this allocator is a region (ALLOT_PARENT). Default: none, global rules are served as regional ones")
+	fs.StringVar(&o.region, "region", "", "this allocator's name at --parent, unique among its regions; with mTLS, what its certificate names (ALLOT_REGION)")
+	fs.StringVar(&o.parentTLSCert, "parent-tls-cert", "", "PEM client certificate chain: reach --parent over TLS with it; reloaded as --tls-reload says (ALLOT_PARENT_TLS_CERT). Default: plaintext")
+	fs.StringVar(&o.parentTLSKey, "parent-tls-key", "", "PEM private key of --parent-tls-cert (ALLOT_PARENT_TLS_KEY)")
+	fs.StringVar(&o.parentTLSCA, "parent-tls-ca", "", "PEM CA bundle the parent's certificate is verified by; needs --parent-tls-cert (ALLOT_PARENT_TLS_CA). Default: the system's roots")
+	fs.StringVar(&o.parentToken, "parent-token-file", "", "file whose first token (the --auth-token-file format) is sent to --parent as \"authorization: Bearer <token>\"; needs --parent-tls-cert; reloaded on SIGHUP (ALLOT_PARENT_TOKEN_FILE)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (ALLOT_LOG_FORMAT)")
 	// The flag package prints a bad flag's error and the whole usage, and
@@ -282,7 +288,8 @@ func run(args []string, stderr io.Writer) error {
 		EnvoyListen: o.envoyListen, EnvoyConfigDir: o.envoyConfigDir, MemoryMaxKeys: o.memoryMaxKeys, RedisMaxKeys: o.redisMaxKeys,
 		NewKeysPerNode: o.newKeysPerNode,
 		AdminTokenFile: o.adminTokenFile, AdminIdentities: splitList(o.adminIdentities), OverridesPoll: o.overridesPoll,
-		Parent: o.parent, Region: o.region,
+		Parent: o.parent, Region: o.region, ParentTokenFile: o.parentToken,
+		ParentTLS: allocator.ParentTLSConfig{CertFile: o.parentTLSCert, KeyFile: o.parentTLSKey, CAFile: o.parentTLSCA},
 	})
 	if err != nil {
 		return err

@@ -50,6 +50,11 @@ type Allocator struct {
 	gossip     *fallback.Gossip
 	clock      clock.Clock
 
+	// How the region reaches its parent; nil without Config.ParentTLS
+	// (region.go).
+	parentCerts *certs.Watcher
+	parentToken *parentToken
+
 	envoyGRPC *grpc.Server // nil without Config.EnvoyListen
 	envoyLis  net.Listener
 
@@ -127,6 +132,7 @@ func New(cfg Config) (*Allocator, error) {
 	// The loops start last, once nothing can fail; Stop ends them.
 	a.storeOK.loop()
 	a.pollCerts()
+	a.pollParentCerts()
 	a.overlay.Run(a.cfg.OverridesPoll)
 	return a, nil
 }

@@ -62,25 +62,40 @@ type guard struct {
 // starting with # skipped. Several tokens let a fleet move to a new one
 // without a flag day.
 func readTokens(file string) ([][sha256.Size]byte, error) {
+	toks, err := tokenLines("--auth-token-file", file)
+	if err != nil {
+		return nil, err
+	}
+	sums := make([][sha256.Size]byte, len(toks))
+	for i, t := range toks {
+		sums[i] = sha256.Sum256([]byte(t))
+	}
+	return sums, nil
+}
+
+// tokenLines reads the tokens of a token file given by flag, in
+// readTokens's format; at least one, or an error naming the flag and the
+// file.
+func tokenLines(flag, file string) ([]string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("--auth-token-file: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	var sums [][sha256.Size]byte
+	var toks []string
 	for i, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		if len(line) < minTokenLen {
-			return nil, fmt.Errorf("--auth-token-file %s:%d: token of %d bytes, want at least %d", file, i+1, len(line), minTokenLen)
+			return nil, fmt.Errorf("%s %s:%d: token of %d bytes, want at least %d", flag, file, i+1, len(line), minTokenLen)
 		}
-		sums = append(sums, sha256.Sum256([]byte(line)))
+		toks = append(toks, line)
 	}
-	if len(sums) == 0 {
-		return nil, fmt.Errorf("--auth-token-file %s: no token in it", file)
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("%s %s: no token in it", flag, file)
 	}
-	return sums, nil
+	return toks, nil
 }
 
 func (g *guard) loadTokens() error {

@@ -55,9 +55,16 @@ type Config struct {
 	// Parent is a parent allocator's gRPC address: this allocator is then
 	// a region, and leases the rules of scope global from the parent as a
 	// node does, lending its own nodes out of those leases
-	// (internal/region). Plaintext. default: none; global rules are
-	// served from the store, as regional ones
+	// (internal/region). Plaintext unless ParentTLS is set. default:
+	// none; global rules are served from the store, as regional ones
 	Parent string
+	// ParentTLS dials Parent over TLS, presenting a client certificate.
+	ParentTLS ParentTLSConfig
+	// ParentTokenFile holds the token sent to Parent with every call
+	// ("authorization: Bearer <token>"), for a parent started with
+	// --auth-token-file: its first token line, in that file's format.
+	// Reloaded by ReloadCredentials. Needs ParentTLS. default: none
+	ParentTokenFile string
 	// Region is this allocator's name at its parent, its node id there:
 	// unique among the parent's regions, shared by a region's allocators.
 	// Required with Parent.

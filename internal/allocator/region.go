@@ -5,24 +5,128 @@ package allocator
 // the rest is its store's.
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/allot-dev/allot/internal/certs"
 	"github.com/allot-dev/allot/internal/region"
 	"github.com/allot-dev/allot/internal/rules"
 )
 
+// ParentTLSConfig dials the parent over TLS. Files are PEM, read again
+// every TLS.Reload and by ReloadCredentials, as the allocator's own are.
+type ParentTLSConfig struct {
+	// CertFile and KeyFile are the region's client certificate and key;
+	// with them it reaches its parent over TLS. A parent with
+	// --tls-client-ca checks that the certificate names the region: its
+	// --tls-node-id pattern with Region for {node}.
+	CertFile, KeyFile string
+	// CAFile is the CA bundle the parent's certificate is verified by
+	// (read at start only). default: the system's roots
+	CAFile string
+}
+
 func (c *Config) checkRegion() error {
+	p := c.ParentTLS
 	switch {
 	case c.Parent == "" && c.Region != "":
 		return errors.New("--region: names this allocator at its parent; give --parent too")
 	case c.Parent != "" && c.Region == "":
 		return errors.New("--parent: needs --region, the name this allocator holds its leases under at the parent (unique among its regions)")
+	case c.Parent == "" && (p.CertFile != "" || p.KeyFile != "" || p.CAFile != "" || c.ParentTokenFile != ""):
+		return errors.New("--parent-tls-cert, --parent-tls-key, --parent-tls-ca, --parent-token-file: are how a region reaches its parent; give --parent too")
+	case (p.CertFile == "") != (p.KeyFile == ""):
+		return errors.New("--parent-tls-cert and --parent-tls-key go together")
+	case p.CAFile != "" && p.CertFile == "":
+		// The files are loaded as the allocator's own (internal/certs),
+		// which takes a certificate; a parent that asks for none never
+		// sees it.
+		return errors.New("--parent-tls-ca needs --parent-tls-cert and --parent-tls-key: the region reaches its parent over TLS with a client certificate")
+	case c.ParentTokenFile != "" && p.CertFile == "":
+		return errors.New("--parent-token-file needs --parent-tls-cert and --parent-tls-key: a token must not cross the network in plaintext")
 	}
 	return nil
+}
+
+// parentToken is the bearer token a region sends its parent with every
+// call; ReloadCredentials replaces it.
+type parentToken struct {
+	file string
+	tok  atomic.Pointer[string]
+}
+
+// load reads the file's first token, in --auth-token-file's format.
+func (p *parentToken) load() error {
+	toks, err := tokenLines("--parent-token-file", p.file)
+	if err != nil {
+		return err
+	}
+	t := toks[0]
+	for i := 0; i < len(t); i++ {
+		if b := t[i]; b <= ' ' || b > '~' { // a header value carries visible ASCII only
+			return fmt.Errorf("--parent-token-file %s: byte %d (%#x) of its token is not a visible ASCII character", p.file, i, b)
+		}
+	}
+	p.tok.Store(&t)
+	return nil
+}
+
+func (p *parentToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + *p.tok.Load()}, nil
+}
+
+// RequireTransportSecurity makes grpc refuse to send the token without
+// TLS; checkRegion already refuses the configuration.
+func (*parentToken) RequireTransportSecurity() bool { return true }
+
+// parentCredentials loads the TLS files and the token the region dials
+// its parent with; nil, nil without them (plaintext).
+func (a *Allocator) parentCredentials() (*tls.Config, credentials.PerRPCCredentials, error) {
+	p := a.cfg.ParentTLS
+	if p.CertFile == "" {
+		return nil, nil, nil
+	}
+	w, err := certs.Load(certs.Files{Cert: p.CertFile, Key: p.KeyFile, CA: p.CAFile}, a.log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--parent-tls-cert, --parent-tls-key, --parent-tls-ca: %w", err)
+	}
+	if a.cfg.ParentTokenFile == "" {
+		a.parentCerts = w
+		return w.ClientConfig(""), nil, nil
+	}
+	tok := &parentToken{file: a.cfg.ParentTokenFile}
+	if err := tok.load(); err != nil {
+		return nil, nil, err
+	}
+	a.parentCerts, a.parentToken = w, tok
+	return w.ClientConfig(""), tok, nil
+}
+
+// reloadParent reads the region's TLS files and token again.
+func (a *Allocator) reloadParent() []error {
+	var errs []error
+	if a.parentCerts != nil {
+		if changed, err := a.parentCerts.Reload(); err != nil {
+			errs = append(errs, fmt.Errorf("--parent-tls-cert, --parent-tls-key, --parent-tls-ca: %w", err))
+		} else if changed {
+			a.log.Info("tls: the certificate to the parent reloaded")
+		}
+	}
+	if a.parentToken != nil {
+		if err := a.parentToken.load(); err != nil {
+			errs = append(errs, err)
+		} else {
+			a.log.Info("the token to the parent reloaded")
+		}
+	}
+	return errs
 }
 
 // openRegion puts the region in front of the store when the allocator has
@@ -34,14 +138,20 @@ func (a *Allocator) openRegion(set *rules.Set) error {
 		a.warnGlobalWithoutParent(set)
 		return nil
 	}
-	rs, err := region.New(region.Config{Name: a.cfg.Region, Parent: a.cfg.Parent, Local: a.store, Clock: a.clock, Logger: a.log})
+	tlsCfg, token, err := a.parentCredentials()
 	if err != nil {
+		return err
+	}
+	rs, err := region.New(region.Config{Name: a.cfg.Region, Parent: a.cfg.Parent, Local: a.store, Clock: a.clock, Logger: a.log,
+		TLS: tlsCfg, Credentials: token})
+	if err != nil {
+		a.stopParentCerts()
 		return fmt.Errorf("--parent: %w", err)
 	}
 	a.region, a.lending = rs, rs
 	a.registerRegion()
 	a.log.Info("region: global rules are leased from the parent", "parent", a.cfg.Parent, "region", a.cfg.Region,
-		"global_rules", globalRules(set))
+		"tls", tlsCfg != nil, "token", token != nil, "global_rules", globalRules(set))
 	return nil
 }
 
@@ -77,6 +187,21 @@ func (a *Allocator) closeRegion() {
 	}
 	if err := a.region.Close(); err != nil {
 		a.log.Warn("closing the region", "err", err)
+	}
+	a.stopParentCerts()
+}
+
+// pollParentCerts reads the region's TLS files for changes, as pollCerts
+// the allocator's own.
+func (a *Allocator) pollParentCerts() {
+	if a.parentCerts != nil && a.cfg.TLS.Reload >= 0 {
+		a.parentCerts.Poll(a.clock, a.cfg.TLS.Reload)
+	}
+}
+
+func (a *Allocator) stopParentCerts() {
+	if a.parentCerts != nil {
+		a.parentCerts.Stop()
 	}
 }
 

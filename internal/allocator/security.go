@@ -138,8 +138,8 @@ func (a *Allocator) pollCerts() {
 	a.certs.Poll(a.clock, a.cfg.TLS.Reload)
 }
 
-// ReloadCredentials reads the certificate files, the token file and the
-// gossip keyring again (cmd/allocator does on SIGHUP). What fails to load
+// ReloadCredentials reads the certificate files, the token files (the
+// parent's too) and the gossip keyring again (cmd/allocator does on SIGHUP). What fails to load
 // keeps its previous value; the error says what.
 func (a *Allocator) ReloadCredentials() error {
 	var errs []error
@@ -164,6 +164,7 @@ func (a *Allocator) ReloadCredentials() error {
 			a.log.Info("admin tokens reloaded")
 		}
 	}
+	errs = append(errs, a.reloadParent()...)
 	if a.cfg.GossipKeyringFile != "" && a.gossip != nil {
 		keys, err := fallback.ReadKeyring(a.cfg.GossipKeyringFile)
 		if err == nil {

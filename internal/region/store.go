@@ -12,6 +12,7 @@ package region
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,7 +20,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	allotv1 "github.com/allot-dev/allot/api/allot/v1"
 	"github.com/allot-dev/allot/internal/clock"
@@ -43,7 +47,13 @@ type Config struct {
 	Clock clock.Clock
 	// Logger receives the region's log lines. default: slog.Default()
 	Logger *slog.Logger
-	// DialOptions are added to the dial to the parent. default: plaintext
+	// TLS, when set, dials the parent over TLS with it (its RootCAs, and a
+	// client certificate for a parent that asks for one). default: plaintext
+	TLS *tls.Config
+	// Credentials, when set, go with every call to the parent (the bearer
+	// token of the parent's fleet authentication). They need TLS.
+	Credentials credentials.PerRPCCredentials
+	// DialOptions are added to the dial to the parent.
 	DialOptions []grpc.DialOption
 	// Lease tunes the region's lease manager (Transport, Clock and Logger
 	// are the region's own); its zero fields take lease.DefaultConfig's.
@@ -77,6 +87,8 @@ func New(cfg Config) (*Store, error) {
 		return nil, errors.New("region: a parent address is required")
 	case cfg.Local == nil:
 		return nil, errors.New("region: the region's own store is required")
+	case cfg.Credentials != nil && cfg.TLS == nil:
+		return nil, errors.New("region: credentials to the parent need TLS: a token must not cross the network in plaintext")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
@@ -92,7 +104,14 @@ func New(cfg Config) (*Store, error) {
 		rpc = lease.DefaultConfig().RPCTimeout
 	}
 	timeout := func() time.Duration { return max(rpc, 3*s.rtts.Slowest()) }
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if cfg.TLS != nil {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS))}
+	}
+	if cfg.Credentials != nil {
+		dial = append(dial, grpc.WithPerRPCCredentials(cfg.Credentials))
+	}
+	dial = append(dial, cfg.DialOptions...)
 	s.conns = upstream.New(dial, cfg.Clock, cfg.Logger, timeout, rpc/4)
 	if err := s.conns.Set([]string{cfg.Parent}); err != nil {
 		s.conns.Close()
@@ -107,11 +126,33 @@ func New(cfg Config) (*Store, error) {
 		RulesStale: func() {},
 	}
 	lc.Clock, lc.Logger = cfg.Clock, cfg.Logger
+	lc.Hooks.Reachable = s.logParent(lc.Hooks.Reachable)
 	if lc.RoundTrip == nil {
 		lc.RoundTrip = s.rtts.Slowest
 	}
 	s.mgr = lease.NewManager(lc)
 	return s, nil
+}
+
+// logParent logs each change of the parent's reachability (and calls
+// next, if any). A parent that refuses the region's credentials is told
+// apart from one that does not answer: it will not cure itself, and until
+// it accepts them the region's global keys lend nothing.
+func (s *Store) logParent(next func(bool, error)) func(bool, error) {
+	return func(up bool, cause error) {
+		switch code := status.Code(cause); {
+		case up:
+			s.log.Info("region: the parent answers")
+		case code == codes.Unauthenticated || code == codes.PermissionDenied:
+			s.log.Error("region: the parent refuses this region's credentials (its token or certificate); global keys lend nothing until it accepts them",
+				"err", cause)
+		default:
+			s.log.Warn("region: the parent does not answer; global keys lend what their leases hold until they end, then nothing", "err", cause)
+		}
+		if next != nil {
+			next(up, cause)
+		}
+	}
 }
 
 // global reports whether a request on r is the region's to lend.
