@@ -59,7 +59,8 @@ func gauge(t *testing.T, a *allocator.Allocator, name string) float64 {
 // fleet's CA, a certificate naming the region and the token, and lends
 // the global key; a region with a wrong token is refused: it logs that the
 // parent refuses its credentials, its parent_up is 0, and its global key
-// lends nothing while its regional one is served.
+// lends nothing while its regional one is served, until its token file
+// is put right and reloaded.
 func TestRegionReachesItsParentOverTLSWithAToken(t *testing.T) {
 	p := newPKI(t)
 	rulesFile := filepath.Join(p.dir, "rules.yaml")
@@ -103,6 +104,27 @@ func TestRegionReachesItsParentOverTLSWithAToken(t *testing.T) {
 	if up := gauge(t, bad, "allot_region_parent_up"); up != 0 {
 		t.Errorf("a refused region's allot_region_parent_up = %v, want 0", up)
 	}
+
+	// The right token written to its file and reloaded (SIGHUP), the
+	// region is served once its backoff ends.
+	writeFile(t, filepath.Join(p.dir, "us.token"), fleetToken+"\n")
+	if err := bad.ReloadCredentials(); err != nil {
+		t.Fatal(err)
+	}
+	waitRecord(t, logs, "the token to the parent reloaded")
+	for granted, deadline := int64(0), time.Now().Add(15*time.Second); granted == 0; {
+		resp, err := api.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "n1", Requests: []*allotv1.LeaseRequest{{Rule: "g", Key: "k", Want: 10}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if granted = resp.Leases[0].Granted; granted == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the region lent nothing of the global key 15s after its token was put right and reloaded")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitRecord(t, logs, "region: the parent answers")
 }
 
 // The parent's TLS files and token are a config error when they do not
