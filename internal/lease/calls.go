@@ -1,8 +1,12 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/allot-dev/allot/internal/rules"
 )
@@ -239,6 +243,11 @@ func (c *Core) failed(call *Call, err error, now mono) {
 		return
 	}
 	c.unreachable(err)
+	if timedOut(err) {
+		c.failures.Add(1)
+	} else { // (refused: the allocator is not there)
+		c.failures.Store(max(c.failures.Load(), 2))
+	}
 	c.backoff = min(max(time.Duration(float64(c.backoff)*1.6), c.cfg.BackoffBase), c.cfg.BackoffMax)
 	jitter := 1 + 0.2*(2*c.rng.Float64()-1)
 	c.nextAttempt = now.Add(time.Duration(float64(c.backoff) * jitter))
@@ -311,6 +320,7 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 		// Refused as a whole, the node cannot be served: for its keys that
 		// is an outage, and they fall back (failure: open) or deny.
 		c.unreachable(err)
+		c.failures.Store(max(c.failures.Load(), 2)) // (a refusal is no slow answer)
 		c.refused = min(max(2*c.refused, 250*time.Millisecond), maxRefusedBackoff)
 		at := now.Add(time.Duration(float64(c.refused) * (0.8 + 0.4*c.rng.Float64())))
 		// No call leaves before the backoff ends, whatever asks meanwhile
@@ -327,12 +337,21 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 	}
 }
 
+// timedOut reports whether a call failed for want of an answer in time,
+// which a slow allocator gives as well as a lost one (DownForNew).
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
+}
+
 // maxRefusedBackoff bounds the wait between calls the allocator refuses
 // as a whole: how late the keys return once it serves again.
 const maxRefusedBackoff = 10 * time.Second
 
 // reached notes a call the allocator answered: it is reachable.
-func (c *Core) reached() { c.setReachable(true, nil) }
+func (c *Core) reached() {
+	c.failures.Store(0)
+	c.setReachable(true, nil)
+}
 
 // unreachable notes a call that failed with cause: the allocator is taken
 // for down until one is answered.

@@ -71,6 +71,9 @@ func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int,
 		if a == nil {
 			served := mono(k.served.Load())
 			down := c.DownAt(now)
+			if served == 0 {
+				down = c.DownForNew(now)
+			}
 			if mutate.On(mutate.FallbackWhileServed) && served != 0 && !monoAt(now).Before(served) {
 				down = true // (the old fault: unserved at its lease's end, it falls back)
 			}

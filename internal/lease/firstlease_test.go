@@ -1,9 +1,13 @@
 package lease
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // A key with no lease yet waits for its first while the allocator answers,
@@ -83,5 +87,72 @@ func TestServedKeyNeverFallsBackWhileTheAllocatorAnswers(t *testing.T) {
 		{name: "t2: long past its lease's end, its renewal still on its way", at: 5 * time.Second,
 			do:   func(g *rig) { v = g.decide("win", "k", 1) },
 			want: func(g *rig) error { return verdict(v, false, false, false) }},
+	})
+}
+
+// A new key's first call that times out is no news of an outage: the
+// allocator may be slow under load, serving the fleet's other nodes, and a
+// fallback here is one the store never reserved (a cold fleet's stampede
+// passed 126 of 100 as first calls timed out). The key waits for its
+// retry; only a second call timed out in a row makes it fall back.
+func TestNewKeyTakesOneTimeoutForASlowAllocator(t *testing.T) {
+	g := newRig(t, nil)
+	var v Verdict
+	g.run([]step{
+		{name: "t0: a new key's first request", at: 0,
+			do:   func(g *rig) { v = g.decide("api", "k", 1) },
+			want: func(g *rig) error { return verdict(v, false, false, true) }},
+		{name: "t250: its call times out: the key still waits", at: 250 * time.Millisecond,
+			do: func(g *rig) {
+				g.failWith(status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
+				v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, AfterWait)
+			},
+			want: func(g *rig) error {
+				if !g.core.DownAt(g.now()) {
+					return fmt.Errorf("the failure is not news")
+				}
+				return verdict(v, false, false, true)
+			}},
+		{name: "t400: its retry has left", at: 400 * time.Millisecond,
+			do: func(g *rig) { g.through(450 * time.Millisecond) },
+			want: func(g *rig) error {
+				if len(g.out) != 1 {
+					return fmt.Errorf("%d calls out, want the retry", len(g.out))
+				}
+				return nil
+			}},
+		{name: "t700: the retry times out too: now it falls back", at: 700 * time.Millisecond,
+			do: func(g *rig) {
+				g.failWith(context.DeadlineExceeded)
+				v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, AfterWait)
+			},
+			want: func(g *rig) error { return verdict(v, true, true, false) }},
+	})
+}
+
+// A slow first answer after a timeout serves the key, which never fell back.
+func TestNewKeyServedAfterATimeoutNeverFellBack(t *testing.T) {
+	g := newRig(t, nil)
+	var v Verdict
+	g.run([]step{
+		{name: "t0: a new key's first request", at: 0,
+			do: func(g *rig) { g.decide("api", "k", 1) }},
+		{name: "t250: it times out", at: 250 * time.Millisecond,
+			do: func(g *rig) { g.failWith(context.DeadlineExceeded) }},
+		{name: "t250: a caller decides again: it waits", at: 250 * time.Millisecond,
+			do:   func(g *rig) { v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, AfterWait) },
+			want: func(g *rig) error { return verdict(v, false, false, true) }},
+		{name: "t400: the retry is answered: served", at: 400 * time.Millisecond,
+			do: func(g *rig) {
+				g.through(450 * time.Millisecond)
+				g.answer()
+				v = g.key("api", "k").Decide(1, g.now(), g.clk.Now(), 1, AfterWait)
+			},
+			want: func(g *rig) error {
+				if g.core.Down() {
+					return fmt.Errorf("down after an answer")
+				}
+				return verdict(v, true, false, false)
+			}},
 	})
 }

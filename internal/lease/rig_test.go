@@ -320,11 +320,14 @@ func (g *rig) returned(key string) (Return, bool) {
 var errCut = errors.New("allocator unreachable")
 
 // fail fails every call out, as an unreachable allocator does, and turns.
-func (g *rig) fail() {
+func (g *rig) fail() { g.failWith(errCut) }
+
+// failWith fails every call out with err, and turns.
+func (g *rig) failWith(err error) {
 	out := g.out
 	g.out = nil
 	for _, c := range out {
-		g.core.Answer(c, Answer{}, errCut, 0, g.now())
+		g.core.Answer(c, Answer{}, err, 0, g.now())
 	}
 	g.turn()
 }
