@@ -46,6 +46,7 @@ func TestChurn(t *testing.T) {
 		t.Skip("12s fleet run")
 	}
 	t.Parallel()
+	takeTurn(t)
 	f := newFleet(t, spec{rule: tokenBucket(1000, 100), roundTrip: 10 * time.Millisecond})
 	const length = 12 * time.Second
 	done := make(chan error, 1)
@@ -127,6 +128,7 @@ func TestStampede(t *testing.T) {
 	for _, configured := range []bool{false, true} {
 		t.Run(fmt.Sprintf("configured=%v", configured), func(t *testing.T) {
 			t.Parallel()
+			takeTurn(t)
 			f := newFleet(t, spec{configured: configured, roundTrip: 10 * time.Millisecond, rule: `  - name: r
     algorithm: token_bucket
     limit: 100

@@ -38,6 +38,7 @@ func TestSettledCosts(t *testing.T) {
 	}{{"burst-1000", 1000, true}, {"burst-200", 200, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			takeTurn(t)
 			runSettled(t, c.burst, c.accurate)
 		})
 	}
