@@ -13,19 +13,23 @@ FLEET_PKGS ?= ./internal/fleet/... ./internal/chaos/...
 FLEETFLAGS ?= -timeout 9m -p 1
 # The simulator runs one goroutine per seed and shares nothing between
 # seeds: the race detector would find nothing in it and cost it tenfold, so
-# it runs beside the fleet tests, without it. `make test` runs SIM_SEEDS of
-# them; `make sim` as many as SEEDS says.
+# it runs without it, beside the unit tests (scripts/test-stages.sh).
+# `make test` runs SIM_SEEDS of them; `make sim` as many as SEEDS says.
 SIM_PKG   ?= ./internal/sim
 SIM_SEEDS ?= 1000
 SEEDS     ?= 100000
 FROM      ?= 1
 
 ## test: go vet (the README's snippets included, internal/readme), then
-## every test against a throwaway redis-server: the race detector on, then
-## the simulator's seeds, the fleet and the chaos tests.
+## every test against a throwaway redis-server: the unit tests with the
+## race detector on, beside the simulator's seeds; then the fleet and the
+## chaos tests.
 test:
 	$(GO) vet ./...
-	./scripts/with-redis.sh sh -c '$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v -e /internal/fleet -e /internal/chaos -e "/internal/sim$$") && $(GO) test -timeout 5m $(SIM_PKG) -args -seeds $(SIM_SEEDS) && $(GO) test $(FLEETFLAGS) $(FLEET_PKGS)'
+	GO='$(GO)' TESTFLAGS='$(TESTFLAGS)' SIM_PKG='$(SIM_PKG)' SIM_SEEDS='$(SIM_SEEDS)' \
+		FLEETFLAGS='$(FLEETFLAGS)' FLEET_PKGS='$(FLEET_PKGS)' \
+		UNIT_PKGS="$$($(GO) list $(PKGS) | grep -v -e /internal/fleet -e /internal/chaos -e '/internal/sim$$')" \
+		./scripts/with-redis.sh ./scripts/test-stages.sh
 
 ## sim: the fleet simulator over SEEDS seeds from FROM (make sim SEEDS=100000):
 ## every bound checked at every step; a failing seed prints its account, and
