@@ -32,7 +32,7 @@ func (c *Core) enqueue(k *KeyLease, now mono) {
 		c.delayed.push(k, at)
 		return
 	}
-	if !k.sent {
+	if !k.req.sent {
 		// A key's first request has callers waiting on it (rule 1 of
 		// docs/bounds.md): it leaves at once, with whatever else is ready.
 		c.first++
@@ -51,7 +51,7 @@ func (c *Core) enqueue(k *KeyLease, now mono) {
 // centre has nothing more, and asking sooner would take other holders'
 // shares.
 func (c *Core) hurry(k *KeyLease, now mono) {
-	if k.phase == phaseLeft || k.table.gone.Load() || k.req.inFlight != nil || k.short || k.pending {
+	if k.phase == phaseLeft || k.table.gone.Load() || k.req.inFlight != nil || k.req.short || k.q.pending {
 		return
 	}
 	c.init(k, now)
@@ -65,8 +65,8 @@ func (c *Core) schedule(k *KeyLease, at mono) {
 	if len(c.pending) == 0 || at.Before(c.flushAt) {
 		c.flushAt = at
 	}
-	if !k.pending {
-		k.pending = true
+	if !k.q.pending {
+		k.q.pending = true
 		c.pending = append(c.pending, k)
 	}
 }
@@ -110,13 +110,13 @@ func (c *Core) flush(now mono) {
 	for len(rest) > 0 && int(c.acquiring.Load()) < c.cfg.MaxInFlight {
 		k := rest[0]
 		rest = rest[1:]
-		k.pending = false
+		k.q.pending = false
 		switch {
 		case k.table.gone.Load() || k.phase == phaseLeft:
 			k.lower(bitQueued)
 		case k.req.inFlight != nil:
 			// Its request is still on its way: the answer schedules the next.
-		case k.solo: // in a call the allocator rejected: asks alone
+		case k.req.solo: // in a call the allocator rejected: asks alone
 			c.send([]*KeyLease{k}, now)
 		default:
 			if batch = append(batch, k); len(batch) == c.cfg.MaxBatch {
@@ -130,11 +130,11 @@ func (c *Core) flush(now mono) {
 		batch = nil
 	}
 	for _, k := range batch { // what did not fit waits for an answer to free a call
-		k.pending = true
+		k.q.pending = true
 	}
 	c.pending = append(append(c.pending, batch...), rest...)
 	for _, k := range c.pending {
-		if !k.sent {
+		if !k.req.sent {
 			c.first++
 		}
 	}
@@ -147,7 +147,7 @@ func (c *Core) flush(now mono) {
 func (c *Core) send(keys []*KeyLease, now mono) {
 	reqs := make([]Request, len(keys))
 	for i, k := range keys {
-		if k.sent { // (a new key asks for its share of a refresh: init)
+		if k.req.sent { // (a new key asks for its share of a refresh: init)
 			c.taken(k, k.sample(&c.env, now))
 		}
 		f := k.request(&c.env, now)
@@ -159,7 +159,7 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 	call := &Call{Requests: reqs, Timeout: max(c.cfg.RPCTimeout, 3*c.roundTrip()), keys: keys}
 	for _, k := range keys {
 		if k.Rule().Algorithm != rules.TokenBucket {
-			k.unanswered.Store(int64(now.Add(call.Timeout)))
+			k.win.unanswered.Store(int64(now.Add(call.Timeout)))
 		}
 	}
 	c.calls = append(c.calls, call)
@@ -306,14 +306,14 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 			}
 		}
 		k := call.keys[bad]
-		k.solo = true
+		k.req.solo = true
 		k.notBefore.Store(int64(now.Add(time.Second)))
 		k.lower(bitQueued)
 		c.cfg.Logger.Warn("allocator rejected a lease request", "rule", k.table.name, "err", err)
 	case bad == -2:
 		c.lastCall = 0
 		for _, k := range call.keys {
-			k.solo = true
+			k.req.solo = true
 			c.schedule(k, now)
 		}
 	default:
@@ -330,7 +330,7 @@ func (c *Core) rejected(call *Call, err error, now mono) {
 		c.nextAttempt = at
 		c.downNews(at, call.Timeout)
 		for _, k := range call.keys {
-			k.solo = false
+			k.req.solo = false
 			c.schedule(k, at)
 		}
 		c.cfg.Logger.Warn("allocator refused a lease call; backing off", "keys", len(call.keys), "backoff", c.refused, "err", err)

@@ -32,7 +32,7 @@ func (k *KeyLease) Charge(v Verdict, n int64, now time.Duration) (dropped int64,
 	// A window's tokens past their window (which the Core has not taken
 	// out yet) were counted there: the cost, settled now, is this window's.
 	dead := false
-	if sb := k.spendBy.Load(); sb != 0 && !monoAt(now).Before(mono(sb)) {
+	if sb := k.win.spendBy.Load(); sb != 0 && !monoAt(now).Before(mono(sb)) {
 		dead = true
 	}
 	for {

@@ -158,14 +158,14 @@ func TestSettledPastTheWindowIsNotPaidWithItsTokens(t *testing.T) {
 	g.to(time.Millisecond)
 	g.answer()
 	v := g.decide("win", "k", 1)
-	if !v.Allowed || k().spendBy.Load() == 0 {
-		t.Fatalf("admit: %+v, spendBy %d", v, k().spendBy.Load())
+	if !v.Allowed || k().win.spendBy.Load() == 0 {
+		t.Fatalf("admit: %+v, spendBy %d", v, k().win.spendBy.Load())
 	}
 	held := k().Tokens()
 	if held < 1 {
 		t.Fatalf("the lease holds %d", held)
 	}
-	late := time.Duration(k().spendBy.Load()) + time.Millisecond
+	late := time.Duration(k().win.spendBy.Load()) + time.Millisecond
 	if dropped, _ := k().Charge(v, 1, late); dropped != 1 || k().Tokens() != held {
 		t.Fatalf("settled after the window: dropped %d, tokens %d (were %d); want 1 dropped, none taken", dropped, k().Tokens(), held)
 	}

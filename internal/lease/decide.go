@@ -47,7 +47,7 @@ const (
 func (k *KeyLease) Decide(n int64, now time.Duration, wall time.Time, nodes int, attempt Attempt) Verdict {
 	for {
 		gen := k.gen.Load()
-		if sb := k.spendBy.Load(); sb == 0 || monoAt(now) < mono(sb) {
+		if sb := k.win.spendBy.Load(); sb == 0 || monoAt(now) < mono(sb) {
 			left, ok := k.Take(n)
 			if ok {
 				return Verdict{Allowed: true, Remaining: k.remaining(left), gen: gen}
@@ -136,12 +136,12 @@ func (k *KeyLease) remaining(left int64) int64 {
 // the store counts it present there, and lends the rest of the window to
 // the others.
 func (k *KeyLease) newAllowance(served mono, w fallback.Windows) *fallback.Allowance {
-	a, prev := fallback.NewAllowance(), k.closed.Load()
+	a, prev := fallback.NewAllowance(), k.win.closed.Load()
 	if served != 0 {
 		epoch := int64(math.MinInt64)
 		if r := k.Rule(); r.Algorithm != rules.TokenBucket && !mutate.On(mutate.FallbackWhileServed) {
-			epoch = k.epoch.Load()
-			if at := k.unanswered.Load(); at != 0 {
+			epoch = k.win.epoch.Load()
+			if at := k.win.unanswered.Load(); at != 0 {
 				epoch = max(epoch, w.LatestWindow(mono(at).sinceOrigin(), r.Period))
 			}
 		}
@@ -152,7 +152,7 @@ func (k *KeyLease) newAllowance(served mono, w fallback.Windows) *fallback.Allow
 			return cur
 		}
 	}
-	k.closed.CompareAndSwap(prev, nil)
+	k.win.closed.CompareAndSwap(prev, nil)
 	return a
 }
 
@@ -191,7 +191,7 @@ func (k *KeyLease) leaseRetry(r *rules.Rule, n int64, now mono) time.Duration {
 // key was refused, as its last grant said: 0 when it said nothing, or its
 // instant has passed (the window moved on).
 func (k *KeyLease) windowFrees(now mono) time.Duration {
-	if at := mono(k.freesAt.Load()); at != 0 {
+	if at := mono(k.win.freesAt.Load()); at != 0 {
 		return max(at.Sub(now), 0)
 	}
 	return 0

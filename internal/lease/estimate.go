@@ -38,10 +38,10 @@ func (k *KeyLease) sample(e *env, now mono) int64 {
 	}
 	s.lastSample = now
 	if demand > 0 {
-		s.lastActive, k.askedAgain = now, true
+		s.lastActive, k.req.askedAgain = now, true
 	}
-	if asked > 0 && k.sent {
-		k.starved = true
+	if asked > 0 && k.req.sent {
+		k.req.starved = true
 	}
 	alpha := 1 - math.Exp(-elapsed.Seconds()/e.cfg.RateWindow.Seconds())
 	seen := float64(demand) / elapsed.Seconds()
@@ -59,7 +59,7 @@ func (k *KeyLease) sample(e *env, now mono) int64 {
 	// ran out, asked for twenty times its part of the next window).
 	size := max(rate, float64(s.fast)) * r.Lease.Refresh.Seconds()
 	size = max(size, float64(s.size)/2)
-	if asked > 0 && k.sent && !k.short {
+	if asked > 0 && k.req.sent && !k.req.short {
 		size = max(size, float64(2*s.size), float64(s.size+asked))
 	}
 	if mutate.On(mutate.SizeByHistory) {

@@ -75,7 +75,7 @@ func TestWindowTokensUnspentPastTheirEndWhileTheCoreIsLate(t *testing.T) {
 	if k().Tokens() == 0 {
 		t.Fatal("no tokens granted")
 	}
-	end := mono(k().spendBy.Load())
+	end := mono(k().win.spendBy.Load())
 	if end == 0 {
 		t.Fatal("a window key's tokens say no end")
 	}
@@ -92,7 +92,7 @@ func TestWindowTokensUnspentPastTheirEndWhileTheCoreIsLate(t *testing.T) {
 	g.decide("r", "b", 1)
 	g.to(g.now() - g.start + time.Millisecond)
 	g.answer()
-	if g.key("r", "b").spendBy.Load() != 0 {
+	if g.key("r", "b").win.spendBy.Load() != 0 {
 		t.Fatal("a token bucket's tokens say an end to the hot path")
 	}
 }

@@ -12,7 +12,7 @@ import (
 // tokens, its share and its end, the fallback allowance closed, and when
 // the key asks again.
 func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
-	k.req.inFlight, k.req.unacked, k.solo = nil, nil, false
+	k.req.inFlight, k.req.unacked, k.req.solo = nil, nil, false
 	r := k.Rule()
 	if !(g.Rate >= 0) { // NaN or negative: no share
 		g.Rate = 0
@@ -20,16 +20,16 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 	g.Rate = min(g.Rate, r.Rate())
 	k.holders.Store(int32(min(g.Holders, math.MaxInt32)))
 	k.fallbackN.Store(int32(min(max(g.FallbackNodes, 0), math.MaxInt32)))
-	k.freesAt.Store(0)
+	k.win.freesAt.Store(0)
 	if r := k.Rule(); r.Algorithm != rules.TokenBucket && g.Granted < f.want && g.Remaining == 0 && g.RetryAfter > 0 {
 		// The window is spent: the store says when it frees the want (a
 		// fixed window's end), from when it applied the request, which
 		// the answer's arrival follows.
-		k.freesAt.Store(int64(now.Add(g.RetryAfter)))
+		k.win.freesAt.Store(int64(now.Add(g.RetryAfter)))
 	}
 	k.central.Store(max(g.Remaining, 0))
 	c.sawHolders(g.Holders, now)
-	k.short = g.Granted < f.want
+	k.req.short = g.Granted < f.want
 	if k.served.Load() == 0 {
 		// The key's first grant: the demand its first request asked for
 		// waited on it, and decides again now; sampled as refused, it
@@ -37,7 +37,7 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 		// once asked twice).
 		k.demand.Store(0)
 	}
-	k.starved = false // (refusals before this grant say nothing of its share)
+	k.req.starved = false // (refusals before this grant say nothing of its share)
 	// The tokens die when the lease may end at the store at the earliest,
 	// the request's send time plus the TTL, on this node's monotonic clock,
 	// and a sweep before that, as they are taken out at a visit. A lease
@@ -55,8 +55,8 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 		k.served.Store(int64(f.sent.Add(g.TTL))) // (the old fault: served until the earliest end)
 	}
 	if r.Algorithm != rules.TokenBucket {
-		k.epoch.Store(g.Epoch)
-		k.unanswered.Store(0)
+		k.win.epoch.Store(g.Epoch)
+		k.win.unanswered.Store(0)
 		c.learnWindows(r, f, g, now)
 	}
 	// What the fallback allowance admitted after this request left is paid
@@ -92,7 +92,7 @@ func (k *KeyLease) closeFallback(now mono) (int64, mono) {
 	}
 	n, age := a.Close(now.sinceOrigin())
 	if k.Rule().Algorithm != rules.TokenBucket {
-		k.closed.Store(a)
+		k.win.closed.Store(a)
 	}
 	return n, now.Add(-age)
 }

@@ -48,8 +48,8 @@ func TestFallbackAdmittedInFlightIsPaidFromTheGrantAndTheRestOwed(t *testing.T) 
 				g.answer()
 			},
 			want: func(g *rig) error {
-				if k().phase != phaseLeased || k().fallback.Load() != nil || !k().short {
-					return fmt.Errorf("phase %v, allowance %v, short %v", k().phase, k().fallback.Load() != nil, k().short)
+				if k().phase != phaseLeased || k().fallback.Load() != nil || !k().req.short {
+					return fmt.Errorf("phase %v, allowance %v, short %v", k().phase, k().fallback.Load() != nil, k().req.short)
 				}
 				if k().Tokens() != 0 {
 					return fmt.Errorf("holds %d: the grant's 1 should have paid for one of the 10", k().Tokens())

@@ -26,26 +26,17 @@ type KeyLease struct {
 	demand    atomic.Int64  // asked of the key and not taken from its lease: the rate estimate's
 	holders   atomic.Int32  // the allocator's last count of the key's holders
 	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
-	freesAt   atomic.Int64  // window rules: the mono at which the store said its window frees a refused want; 0: none
-	spendBy   atomic.Int64  // window rules: the mono at which its oldest leased tokens die; 0: none (syncSpendBy)
 	liveUntil atomic.Int64  // the mono at which its oldest leased tokens die, any rule; 0: none (live.go)
 	notBefore atomic.Int64  // the mono before which no refill leaves
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
-	epoch     atomic.Int64  // the window of its newest lease (window rules)
 	central   atomic.Int64  // what the allocator had left after the key's last grant
 	debt      atomic.Int64  // settled costs beyond what it held, not yet paid or reported (debt.go)
 	// fallback is the key's allowance while the allocator cannot be
 	// reached: made by the first decision that needs it, closed by the
 	// grant that follows.
 	fallback atomic.Pointer[fallback.Allowance]
-	// closed is the allowance the last grant closed, for a window rule:
-	// the next one goes on with its count in a window they share.
-	closed atomic.Pointer[fallback.Allowance]
-	// unanswered (window rules) is the mono until which the store may apply
-	// the key's last request, which no answer has come for (its call's
-	// deadline): applied, it counts the node present in its window, so the
-	// key does not fall back there; 0: answered.
-	unanswered atomic.Int64
+	// win is what a window rule's key knows of the store's windows.
+	win windowState
 	// keyRule is the key's rule when the table's rule has overrides.
 	keyRule atomic.Pointer[keyRule]
 	table   *Table
@@ -58,13 +49,22 @@ type KeyLease struct {
 	est   estimate     // its demand, and the lease size that follows
 	req   requestState // the request in flight, or to send again
 	q     queueState   // its places in the Core's queues
-	// The yes/no states of its requests (together one word).
-	solo       bool // asks in a call of its own after a rejected call
-	pending    bool // in the Core's next call
-	sent       bool // a request has been sent for it
-	askedAgain bool // demand was seen since its last request left
-	short      bool // its last grant fell short of what it asked for
-	starved    bool // demand went unmet since its last request left
+}
+
+// windowState is what a window rule's key knows of the store's windows;
+// a token bucket's key leaves it zero. The hot path and decisions read it.
+type windowState struct {
+	freesAt atomic.Int64 // the mono at which the store said its window frees a refused want; 0: none
+	spendBy atomic.Int64 // the mono at which its oldest leased tokens die; 0: none (syncSpendBy)
+	epoch   atomic.Int64 // the window of its newest lease
+	// closed is the allowance the last grant closed: the next one goes on
+	// with its count in a window they share.
+	closed atomic.Pointer[fallback.Allowance]
+	// unanswered is the mono until which the store may apply the key's
+	// last request, which no answer has come for (its call's deadline):
+	// applied, it counts the node present in its window, so the key does
+	// not fall back there; 0: answered.
+	unanswered atomic.Int64
 }
 
 // keyRule is the rule of one key, resolved from the table's rule from.
@@ -101,7 +101,7 @@ func (k *KeyLease) syncSpendBy() {
 	if !ok || k.Rule().Algorithm == rules.TokenBucket {
 		at = 0
 	}
-	k.spendBy.Store(int64(at))
+	k.win.spendBy.Store(int64(at))
 }
 
 // FallbackNodes is what the allocator last told the key's fallback to

@@ -68,8 +68,8 @@ func TestCallRejectedNamingOneRequest(t *testing.T) {
 		{name: "t7: answered: b is served, and asks with others again", at: 1002 * time.Millisecond,
 			do: func(g *rig) { g.answer() },
 			want: func(g *rig) error {
-				if b := g.key("r", "b"); b.Tokens() == 0 || b.solo {
-					return fmt.Errorf("b holds %d, solo %v", b.Tokens(), b.solo)
+				if b := g.key("r", "b"); b.Tokens() == 0 || b.req.solo {
+					return fmt.Errorf("b holds %d, solo %v", b.Tokens(), b.req.solo)
 				}
 				return nil
 			}},

@@ -66,10 +66,10 @@ func (c *Core) leave(k *KeyLease) (Return, bool) {
 	if k.share != nil {
 		k.share.rate = 0
 	}
-	if !k.sent || k.table.gone.Load() {
+	if !k.req.sent || k.table.gone.Load() {
 		return Return{}, false
 	}
-	return Return{Rule: k.table.name, Key: k.key, Tokens: tokens, Epoch: k.epoch.Load(), Held: tokens + still}, true
+	return Return{Rule: k.table.name, Key: k.key, Tokens: tokens, Epoch: k.win.epoch.Load(), Held: tokens + still}, true
 }
 
 // Final is what a closing node still owes the allocator: the requests that

@@ -25,7 +25,7 @@ func (c *Core) init(k *KeyLease, now mono) {
 // request builds the key's next request at now: the last one again if it
 // failed and may yet be answered, else a new one.
 func (k *KeyLease) request(e *env, now mono) *flight {
-	k.askedAgain = false
+	k.req.askedAgain = false
 	f := k.retry(now)
 	if f != nil {
 		// Sent again as it was, but for whether it leaves on the fallback:
@@ -36,9 +36,9 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 		r := k.Rule()
 		overflow, fullAt := k.takeOverflow()
 		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
-			returned: overflow + k.unusedNow(), returnedEpoch: k.epoch.Load(), seq: k.nextSeq(e),
+			returned: overflow + k.unusedNow(), returnedEpoch: k.win.epoch.Load(), seq: k.nextSeq(e),
 			onFallback: k.mayFallBack()}
-		if !k.sent && !mutate.On(mutate.SizeByHistory) {
+		if !k.req.sent && !mutate.On(mutate.SizeByHistory) {
 			// The first request asks for what is already waiting on it; a hot
 			// key's lease then doubles until it keeps up (sample). (Asking
 			// for the node's part of the burst instead, a cold node, which
@@ -57,7 +57,7 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 		}
 		k.req.spentAt = now
 		f.held = max(k.tokens.Load(), fullAt) + f.returned
-		if mutate.On(mutate.ReturnGrant) && k.sent {
+		if mutate.On(mutate.ReturnGrant) && k.req.sent {
 			f.returned = k.est.size // (a node giving back what it spent; it says what it holds)
 		}
 	}
@@ -67,7 +67,7 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 	if k.phase == phaseSharing && f.wantRate == 0 && k.shareRate() > 0 {
 		k.phase = phaseGivingBack
 	}
-	k.req.inFlight, k.sent = f, true
+	k.req.inFlight, k.req.sent = f, true
 	return f
 }
 
@@ -193,7 +193,7 @@ func (c *Core) lapse(k *KeyLease, now mono) bool {
 		return false
 	}
 	c.taken(k, k.sample(&c.env, now))
-	if k.askedAgain || now.Sub(k.est.lastActive) < 2*k.Rule().Lease.Refresh {
+	if k.req.askedAgain || now.Sub(k.est.lastActive) < 2*k.Rule().Lease.Refresh {
 		return false
 	}
 	k.lower(bitQueued)

@@ -166,9 +166,9 @@ func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) float64 {
 		return 0
 	}
 	switch {
-	case !k.sent && (k.demand.Load() >= busyAtFirst || e.farOrUnknown(k)):
+	case !k.req.sent && (k.demand.Load() >= busyAtFirst || e.farOrUnknown(k)):
 		return r.Rate() / float64(max(e.cfg.Nodes(), 1))
-	case !k.sent, k.quiet(e, now), k.tokensSuffice(e, r):
+	case !k.req.sent, k.quiet(e, now), k.tokensSuffice(e, r):
 		return 0
 	}
 	// The fast estimate leads when demand surges (load moving onto this
@@ -186,7 +186,7 @@ func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) float64 {
 	// has, and one that did not lets it go by a tenth a renewal at most; a
 	// quiet key gives it back whole (above).
 	want := max(shareHeadroom*rate, shareGive*k.shareRate())
-	if k.starved {
+	if k.req.starved {
 		want = max(want, shareHeadroom*k.shareRate())
 	}
 	return min(want, r.Rate())
@@ -201,5 +201,5 @@ func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) float64 {
 // trip. A grant that fell short keeps the share: a hot key's rate estimate
 // still climbs after its first lease (an average over the rate window).
 func (k *KeyLease) tokensSuffice(e *env, r *rules.Rule) bool {
-	return !k.short && !e.farOrUnknown(k) && float64(k.est.rate)*float64(max(k.Holders(), e.cfg.Nodes(), 1)) < r.Rate()
+	return !k.req.short && !e.farOrUnknown(k) && float64(k.est.rate)*float64(max(k.Holders(), e.cfg.Nodes(), 1)) < r.Rate()
 }

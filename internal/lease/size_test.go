@@ -50,8 +50,8 @@ func sizeSteps(t *testing.T, short bool, check func(g *rig, before int64) error)
 				g.answer()
 			},
 			want: func(g *rig) error {
-				if k := g.key("r", "k"); k.short != short {
-					return fmt.Errorf("short %v, want %v", k.short, short)
+				if k := g.key("r", "k"); k.req.short != short {
+					return fmt.Errorf("short %v, want %v", k.req.short, short)
 				}
 				return check(g, before)
 			}},
@@ -92,8 +92,8 @@ func TestDemandThatWaitedForTheFirstLeaseIsNoRefusal(t *testing.T) {
 		{name: "t1: answered whole, 100 tokens", at: time.Millisecond,
 			do: func(g *rig) { g.answer() },
 			want: func(g *rig) error {
-				if k := g.key("r", "k"); k.Tokens() != 100 || k.starved || k.est.size > 100 {
-					return fmt.Errorf("%d tokens, size %d, starved %v", k.Tokens(), k.est.size, k.starved)
+				if k := g.key("r", "k"); k.Tokens() != 100 || k.req.starved || k.est.size > 100 {
+					return fmt.Errorf("%d tokens, size %d, starved %v", k.Tokens(), k.est.size, k.req.starved)
 				}
 				return nil
 			}},

@@ -10,8 +10,14 @@ import (
 // fallback admissions it owes a report of.
 type requestState struct {
 	inFlight *flight // its part of an Acquire in flight
-	unacked  *flight // a request that failed, to be sent again as it was
-	seq      uint64  // the sequence number of its last request
+	// The yes/no states of its requests.
+	solo       bool    // asks in a call of its own after a rejected call
+	sent       bool    // a request has been sent for it
+	askedAgain bool    // demand was seen since its last request left
+	short      bool    // its last grant fell short of what it asked for
+	starved    bool    // demand went unmet since its last request left
+	unacked    *flight // a request that failed, to be sent again as it was
+	seq        uint64  // the sequence number of its last request
 	// owed are fallback admissions no report carries yet, made after the
 	// request that closed the key's allowance left; owedSince is when the
 	// first of them was admitted.
@@ -68,6 +74,7 @@ type rateShare struct {
 // be taken for the live one only after 2^32 more pushes of the key while it
 // waits), when its timer is due, and its place in the sweep's set.
 type queueState struct {
+	pending            bool // in the Core's next call
 	delaySeq, timerSeq uint32
 	timerAt            mono
 	setIndex           int // 1 + its index in the sweep's set; 0: not in it
@@ -120,7 +127,7 @@ func (k *KeyLease) takeOverflow() (n, fullAt int64) {
 // admitted 1,008).
 func (k *KeyLease) unusedNow() int64 {
 	n := k.req.unused
-	if k.Rule().Algorithm != rules.TokenBucket && k.req.unusedEpoch != k.epoch.Load() {
+	if k.Rule().Algorithm != rules.TokenBucket && k.req.unusedEpoch != k.win.epoch.Load() {
 		n = 0
 	}
 	k.req.unused = 0

@@ -103,8 +103,8 @@ func TestWindowsUnspentTokensGoBackOnlyFromItsNewestLease(t *testing.T) {
 					return err
 				}
 				r, _ := g.last("k")
-				if r.Returned != newer || r.Held != newer || r.ReturnedEpoch != k().epoch.Load() {
-					return fmt.Errorf("request %+v, want %d returned, held, of epoch %d", r, newer, k().epoch.Load())
+				if r.Returned != newer || r.Held != newer || r.ReturnedEpoch != k().win.epoch.Load() {
+					return fmt.Errorf("request %+v, want %d returned, held, of epoch %d", r, newer, k().win.epoch.Load())
 				}
 				return nil
 			}},
@@ -133,7 +133,7 @@ func TestWindowsUnusedTokensOfAnEndedWindowAreNotReturnedInTheNext(t *testing.T)
 	g.run([]step{
 		{name: "t0: k's first request", at: 0, do: func(g *rig) { g.table("win").Key("k"); g.turn() }},
 		{name: "t1: answered: tokens dying at 989 ms, a sweep before the window's end", at: time.Millisecond,
-			do: func(g *rig) { g.answer(); epoch = k().epoch.Load() }},
+			do: func(g *rig) { g.answer(); epoch = k().win.epoch.Load() }},
 		{name: "t2: k runs low; its refill leaves and is not answered yet", at: 985 * time.Millisecond,
 			do: func(g *rig) {
 				if err := runLow(g, "win", "k"); err != nil {
@@ -154,8 +154,8 @@ func TestWindowsUnusedTokensOfAnEndedWindowAreNotReturnedInTheNext(t *testing.T)
 		{name: "t4: answered in the next window", at: 1001 * time.Millisecond,
 			do: func(g *rig) { g.answer() },
 			want: func(g *rig) error {
-				if k().epoch.Load() != epoch+1 {
-					return fmt.Errorf("epoch %d, want %d", k().epoch.Load(), epoch+1)
+				if k().win.epoch.Load() != epoch+1 {
+					return fmt.Errorf("epoch %d, want %d", k().win.epoch.Load(), epoch+1)
 				}
 				return nil
 			}},

@@ -159,11 +159,11 @@ func (c *Core) expire(k *KeyLease, now mono) {
 	// A window's returns name the window: only the newest lease's tokens
 	// are known to be of the window the key's epoch says.
 	if got > 0 && !k.table.gone.Load() && (newest || k.Rule().Algorithm == rules.TokenBucket) {
-		if k.req.unusedEpoch != k.epoch.Load() {
+		if k.req.unusedEpoch != k.win.epoch.Load() {
 			k.req.unused = 0 // (of a window that has ended: credited nowhere)
 		}
 		k.req.unused += got
-		k.req.unusedEpoch = k.epoch.Load()
+		k.req.unusedEpoch = k.win.epoch.Load()
 		// They go at once, whatever the key's next request waited for: the
 		// lease ends at the store about a sweep from now.
 		k.raise(bitQueued)
