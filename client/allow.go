@@ -73,7 +73,7 @@ type Decision struct {
 func (c *Client) Allow(ctx context.Context, rule, key string) bool {
 	// The common case first, with nothing to build: a leased key with tokens.
 	// No key check: a key's lease exists only for a key that passed it.
-	if rs := c.rules.Load().byName[rule]; rs != nil && rs.table != nil {
+	if rs := c.rules.Load().get(rule); rs != nil && rs.table != nil {
 		if k := rs.table.Lookup(key); k != nil {
 			if _, ok := k.Take(1); ok {
 				return true
@@ -87,7 +87,7 @@ func (c *Client) Allow(ctx context.Context, rule, key string) bool {
 // AllowN decides a request that costs n tokens. On a key that holds leased
 // tokens it is an in-memory step: no network, no clock, no allocation.
 func (c *Client) AllowN(ctx context.Context, rule, key string, n int64) (Decision, error) {
-	d, _, err := c.decide(ctx, c.rules.Load().byName[rule], rule, key, n)
+	d, _, err := c.decide(ctx, c.rules.Load().get(rule), rule, key, n)
 	return d, err
 }
 
@@ -119,7 +119,7 @@ func shadow(rs *ruleState, d Decision) Decision {
 // state finds the rule and checks the request's shape; it returns the
 // key's rule (its override's, if any) as check does.
 func (c *Client) state(rule, key string, n int64) (*ruleState, *rules.Rule, error) {
-	rs := c.rules.Load().byName[rule]
+	rs := c.rules.Load().get(rule)
 	r, err := c.check(rs, rule, key, n)
 	return rs, r, err
 }

@@ -430,3 +430,31 @@ rules:
 		t.Fatalf("3 nodes admitted %d on a new key of a closed 5-per-hour rule, want 5 at most (each node alone would allow 5)", admitted)
 	}
 }
+
+// A node finds each of its rules by name, and no other, whether it holds
+// a few rules (scanned) or many (hashed): each rule decides by its own
+// limit.
+func TestRulesFoundByNameFewOrMany(t *testing.T) {
+	for _, n := range []int{1, 2, 8, 9, 40} {
+		t.Run(fmt.Sprintf("rules=%d", n), func(t *testing.T) {
+			var y strings.Builder
+			y.WriteString("rules:\n")
+			for i := range n {
+				fmt.Fprintf(&y, "  - name: r%d\n    algorithm: token_bucket\n    limit: %d\n    period: 1h\n", i, i+1)
+			}
+			c := newClient(t, client.Config{Allocators: []string{memoryAllocator(t, y.String()).Addr()}})
+			ctx := context.Background()
+			for i := range n {
+				d, err := c.AllowN(ctx, fmt.Sprintf("r%d", i), "k", 1)
+				if err != nil || d.Rule != fmt.Sprintf("r%d", i) || d.Limit != int64(i+1) {
+					t.Errorf("r%d: %+v %v, want a decision of r%d, limit %d", i, d, err, i, i+1)
+				}
+			}
+			for _, name := range []string{"r", fmt.Sprintf("r%d", n), "R0", ""} {
+				if _, err := c.AllowN(ctx, name, "k", 1); !errors.Is(err, client.ErrUnknownRule) {
+					t.Errorf("%q: %v, want ErrUnknownRule", name, err)
+				}
+			}
+		})
+	}
+}

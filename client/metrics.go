@@ -199,7 +199,7 @@ func (c *Client) leaseHooks() lease.Hooks {
 			}
 		},
 		Taken: func(rule string, tokens int64) {
-			if rs := c.rules.Load().byName[rule]; rs != nil {
+			if rs := c.rules.Load().get(rule); rs != nil {
 				rs.counts.allowed[ModeLease].Add(float64(tokens))
 			}
 		},

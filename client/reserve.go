@@ -35,7 +35,7 @@ const (
 // and its Settle charges nothing. To charge a request whose cost is
 // unknown until its work ends, reserve 1 and settle the rest.
 func (c *Client) Reserve(ctx context.Context, rule, key string, n int64) (*Reservation, error) {
-	return c.reserve(ctx, c.rules.Load().byName[rule], rule, key, n)
+	return c.reserve(ctx, c.rules.Load().get(rule), rule, key, n)
 }
 
 func (c *Client) reserve(ctx context.Context, rs *ruleState, rule, key string, n int64) (*Reservation, error) {

@@ -98,7 +98,7 @@ func (c *Client) chargeLease(r *Reservation, sp spend, n int64) int64 {
 		if !gone {
 			break
 		}
-		rs := c.rules.Load().byName[r.rs.rule.Name]
+		rs := c.rules.Load().get(r.rs.rule.Name)
 		if rs == nil || rs.table == nil {
 			break
 		}

@@ -120,7 +120,7 @@ func (c *Client) takeSlot(ctx context.Context, rule, key string) (*Slot, error) 
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	rs := c.rules.Load().byName[rule]
+	rs := c.rules.Load().get(rule)
 	if rs == nil {
 		return nil, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
@@ -182,7 +182,7 @@ func (c *Client) slotsTaken(rule string, n int64, mode slots.Mode) {
 	if m != ModeLease && m != ModeFallback {
 		m = ModeLease
 	}
-	if rs := c.rules.Load().byName[rule]; rs != nil {
+	if rs := c.rules.Load().get(rule); rs != nil {
 		rs.counts.allowed[m].Add(float64(n))
 	}
 }
