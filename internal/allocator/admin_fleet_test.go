@@ -177,13 +177,16 @@ func TestAdminOverrideReachesEightNodesAndSurvivesRestart(t *testing.T) {
 	}
 	t.Logf("every node applied the override within %v (%.2f lease refreshes of %v); per node, in refreshes: %v",
 		worst.Round(time.Millisecond), worst.Seconds()/refresh.Seconds(), refresh, after)
-	// A node learns the new rules version from its key's next renewal,
-	// which the lease schedules within 1.2 refresh of the last, then
+	// A node learns the new rules version from its key's next request,
+	// which the lease sends within a refresh of the last (renewals drawn
+	// over 0.8-1 refresh, a short key's retries within its wait), then
 	// fetches the rules (one GetRules round trip); the override applies
-	// from its next decision. The bound leaves a loaded box (the race
-	// detector, two cores) room for the round trips.
+	// from its next decision, at most 5 ms later here: 0.95-1.11 refresh
+	// on a quiet box. Beyond the refresh, the bound leaves a loaded one
+	// (the race detector, two cores, other packages' tests: 1.56-1.65
+	// measured) a refresh for those round trips.
 	if worst > 2*refresh {
-		t.Errorf("the last node applied the override %v after it was set, more than two refreshes (%v each)", worst, refresh)
+		t.Errorf("the last node applied the override %v after it was set, more than a refresh (%v) and the round trips that bring it", worst, refresh)
 	}
 
 	version := set.RulesVersion

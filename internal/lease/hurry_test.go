@@ -37,7 +37,7 @@ func TestRefusedAfterAWholeGrantAsksAtOnce(t *testing.T) {
 				renewal = mono(k().notBefore.Load()).sinceOrigin() - g.start
 			},
 			want: func(g *rig) error {
-				if k().req.short || k().phase != phaseSharing || !k().is(bitQueued) || renewal < 100*time.Millisecond {
+				if k().req.short || k().phase != phaseSharing || !k().is(bitQueued) || renewal < 80*time.Millisecond || renewal > 100*time.Millisecond {
 					return fmt.Errorf("short %v, phase %v, queued %v, renewal at %v", k().req.short, k().phase, k().is(bitQueued), renewal)
 				}
 				return nil
@@ -81,7 +81,7 @@ func TestRefusedAfterAShortGrantWaitsForItsRenewal(t *testing.T) {
 				renewal = mono(k().notBefore.Load()).sinceOrigin() - g.start
 			},
 			want: func(g *rig) error {
-				if !k().req.short || k().phase != phaseSharing || !k().is(bitQueued) || renewal < 100*time.Millisecond {
+				if !k().req.short || k().phase != phaseSharing || !k().is(bitQueued) || renewal < 80*time.Millisecond || renewal > 100*time.Millisecond {
 					return fmt.Errorf("short %v, phase %v, queued %v, renewal at %v", k().req.short, k().phase, k().is(bitQueued), renewal)
 				}
 				return nil

@@ -210,7 +210,7 @@ func (e *env) renewAfter(k *KeyLease) time.Duration {
 	if 2*rtt > r.Lease.TTL {
 		e.warnShortTTL(k, rtt)
 	}
-	d := time.Duration(float64(r.Lease.Refresh) * (1 + renewJitter*e.rng.Float64()))
+	d := time.Duration(float64(r.Lease.Refresh) * (1 - renewJitter*e.rng.Float64()))
 	return max(min(d, e.latestRenewal(k)), 0)
 }
 
@@ -231,9 +231,11 @@ func (e *env) latestRenewal(k *KeyLease) time.Duration {
 // to fill, or tokens would spill over its capacity between calls and be
 // lost. A sliding window's room grows all the time, as its previous
 // window's weight falls, so a key short of it asks again every refresh,
-// whatever the allocator says a whole lease would take. A jitter of ±25%
-// keeps nodes that starved together from asking together, in waves of one
-// refresh interval.
+// whatever the allocator says a whole lease would take. A jitter over the
+// last quarter of the wait keeps nodes that starved together from asking
+// together, in waves of one refresh interval, and a key asks at least every
+// refresh while the allocator names no longer wait: how soon a change of
+// its rule (an override) reaches it.
 func (e *env) retryDelay(k *KeyLease, retryAfter time.Duration) time.Duration {
 	r := k.Rule()
 	refresh := r.Lease.Refresh
@@ -247,7 +249,7 @@ func (e *env) retryDelay(k *KeyLease, retryAfter time.Duration) time.Duration {
 		retryAfter = refresh
 	}
 	d := max(min(max(retryAfter, refresh), r.Lease.TTL, fillTime(r)/2), time.Millisecond)
-	return time.Duration(float64(d) * (0.75 + 0.5*e.rng.Float64()))
+	return time.Duration(float64(d) * (0.75 + 0.25*e.rng.Float64()))
 }
 
 // warnShortTTL logs, once per rule, that its leases end before a renewal

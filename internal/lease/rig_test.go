@@ -80,7 +80,7 @@ rules:
     limit: 5000
     period: 1s
     burst: 50
-    lease: { ttl: 2s, refresh: 100ms }
+    lease: { ttl: 2s, refresh: 150ms }
 `
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
