@@ -424,11 +424,24 @@ rules:
 			}
 		}
 	}
-	// At most 5; fewer when a lease lands on a node after its last attempt
-	// and its token goes unused.
-	if admitted > 5 || admitted < 3 {
+	if admitted > 5 {
 		t.Fatalf("3 nodes admitted %d on a new key of a closed 5-per-hour rule, want 5 at most (each node alone would allow 5)", admitted)
 	}
+	// Fewer than 5 when a grant lands on a node after its last attempt
+	// (a loaded machine: 1 or 2). What a node holds and does not spend
+	// comes back or is spent on its next request: the fleet, asking on,
+	// spends the hour's 5 and never a sixth.
+	waitUntil(t, 10*time.Second, func() bool {
+		for _, c := range nodes {
+			if c.Allow(context.Background(), "shut", "new-key") {
+				admitted++
+			}
+		}
+		if admitted > 5 {
+			t.Fatalf("3 nodes admitted %d on a new key of a closed 5-per-hour rule, want 5 at most", admitted)
+		}
+		return admitted == 5
+	}, "the fleet to spend the hour's 5")
 }
 
 // A node finds each of its rules by name, and no other, whether it holds
