@@ -54,6 +54,7 @@ type options struct {
 	adminIdentities              string
 	overridesPoll                time.Duration
 	parent, region               string
+	regions                      int
 	parentTLSCA, parentTLSCert   string
 	parentTLSKey, parentToken    string
 }
@@ -113,6 +114,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")
 	fs.StringVar(&o.parent, "parent", "", "a parent allocator's gRPC address: rules of scope global are leased from it, and this allocator is a region (ALLOT_PARENT). Default: none, global rules are served as regional ones")
 	fs.StringVar(&o.region, "region", "", "this allocator's name at --parent, unique among its regions; with mTLS, what its certificate names (ALLOT_REGION)")
+	fs.IntVar(&o.regions, "regions", 0, "how many regions share --parent, at least: a region cut off from its parent lends a global key it holds no lease on at limit/regions (it divides by the most the parent told it, if more) (ALLOT_REGIONS). Default: what the parent told it, else 1")
 	fs.StringVar(&o.parentTLSCert, "parent-tls-cert", "", "PEM client certificate chain: reach --parent over TLS with it; reloaded as --tls-reload says (ALLOT_PARENT_TLS_CERT). Default: plaintext")
 	fs.StringVar(&o.parentTLSKey, "parent-tls-key", "", "PEM private key of --parent-tls-cert (ALLOT_PARENT_TLS_KEY)")
 	fs.StringVar(&o.parentTLSCA, "parent-tls-ca", "", "PEM CA bundle the parent's certificate is verified by; needs --parent-tls-cert (ALLOT_PARENT_TLS_CA). Default: the system's roots")
@@ -288,7 +290,7 @@ func run(args []string, stderr io.Writer) error {
 		EnvoyListen: o.envoyListen, EnvoyConfigDir: o.envoyConfigDir, MemoryMaxKeys: o.memoryMaxKeys, RedisMaxKeys: o.redisMaxKeys,
 		NewKeysPerNode: o.newKeysPerNode,
 		AdminTokenFile: o.adminTokenFile, AdminIdentities: splitList(o.adminIdentities), OverridesPoll: o.overridesPoll,
-		Parent: o.parent, Region: o.region, ParentTokenFile: o.parentToken,
+		Parent: o.parent, Region: o.region, Regions: o.regions, ParentTokenFile: o.parentToken,
 		ParentTLS: allocator.ParentTLSConfig{CertFile: o.parentTLSCert, KeyFile: o.parentTLSKey, CAFile: o.parentTLSCA},
 	})
 	if err != nil {

@@ -69,6 +69,11 @@ type Config struct {
 	// unique among the parent's regions, shared by a region's allocators.
 	// Required with Parent.
 	Region string
+	// Regions is how many regions share Parent, at least: what a region
+	// cut off from its parent divides a global rule by for a key the
+	// parent told it nothing of (region.Config.Regions). default: what
+	// the parent told it of other keys, else 1
+	Regions int
 	// Limits bound the input of every call. default: server.DefaultLimits()
 	Limits server.Limits
 	// GossipBind, when set, joins a memberlist pool as an allocator, so that

@@ -36,6 +36,10 @@ type ParentTLSConfig struct {
 func (c *Config) checkRegion() error {
 	p := c.ParentTLS
 	switch {
+	case c.Regions < 0:
+		return fmt.Errorf("--regions %d: want 0 (what the parent says) or more", c.Regions)
+	case c.Parent == "" && c.Regions != 0:
+		return errors.New("--regions: is what a region cut off from its parent divides global rules by; give --parent too")
 	case c.Parent == "" && c.Region != "":
 		return errors.New("--region: names this allocator at its parent; give --parent too")
 	case c.Parent != "" && c.Region == "":
@@ -143,7 +147,7 @@ func (a *Allocator) openRegion(set *rules.Set) error {
 		return err
 	}
 	rs, err := region.New(region.Config{Name: a.cfg.Region, Parent: a.cfg.Parent, Local: a.store, Clock: a.clock, Logger: a.log,
-		TLS: tlsCfg, Credentials: token})
+		TLS: tlsCfg, Credentials: token, Regions: a.cfg.Regions})
 	if err != nil {
 		a.stopParentCerts()
 		return fmt.Errorf("--parent: %w", err)
@@ -221,6 +225,9 @@ func (a *Allocator) registerRegion() {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "allot_region_global_keys", Help: "Keys of global rules the region holds leases on at its parent.",
 		}, func() float64 { return float64(rs.Keys()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "allot_region_fallback_lent_total", Help: "Tokens of global keys the region lent out of its fallback allowances (the rule over the regions) while cut off from its parent.",
+		}, func() float64 { return float64(rs.FellBack()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "allot_region_returned_dropped_total", Help: "Tokens of global keys the region's nodes gave back, which the region does not lend again (the parent counts them spent).",
 		}, func() float64 { return float64(rs.Lost()) }),

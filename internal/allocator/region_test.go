@@ -32,6 +32,8 @@ func TestRegionFlagsGoTogether(t *testing.T) {
 	}{
 		{allocator.Config{Parent: "127.0.0.1:1"}, "--parent: needs --region"},
 		{allocator.Config{Region: "eu"}, "--region: names this allocator at its parent; give --parent too"},
+		{allocator.Config{Regions: 3}, "--regions: is what a region cut off from its parent divides global rules by; give --parent too"},
+		{allocator.Config{Parent: "127.0.0.1:1", Region: "eu", Regions: -1}, "--regions -1: want 0"},
 	} {
 		if _, err := allocator.New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err %v, want %q", c.cfg, err, c.want)

@@ -69,6 +69,7 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 	if k != nil {
 		g.Remaining = k.Tokens()
 		parent = max(k.FallbackNodes(), k.Holders(), 1)
+		s.sawRegions(parent)
 	}
 	if got < req.Want {
 		g.RetryAfter = retryAfter(r, req.Want-got)
@@ -104,8 +105,8 @@ func (s *Store) take(ctx context.Context, r *rules.Rule, key string, want int64)
 			continue
 		}
 		if live <= minLive {
-			k.Refused(want)
-			return 0, 0, k
+			got, ttl := s.fallback(r, k, want)
+			return got, ttl, k
 		}
 		got := k.TakeUpTo(want)
 		if got < 0 {
@@ -132,7 +133,8 @@ const firstWait = 100 * time.Millisecond
 
 // waitLive is how long the key's tokens live, read just before they are
 // taken; when it holds no lease, it waits for an answer from the parent
-// first, at most firstWait and until ctx is nearly over. gone says the key
+// first, at most firstWait and until ctx is nearly over, unless the parent
+// is down. gone says the key
 // left its table: look it up again.
 func (s *Store) waitLive(ctx context.Context, r *rules.Rule, k *lease.KeyLease) (live time.Duration, gone bool) {
 	wait := firstWait
@@ -147,6 +149,11 @@ func (s *Store) waitLive(ctx context.Context, r *rules.Rule, k *lease.KeyLease) 
 		}
 		if s.mgr.Table(r.Base()).Lookup(k.Key()) != k {
 			return 0, true
+		}
+		if s.mgr.Down() {
+			// No answer is coming soon: the fallback decides now, or the
+			// grant it lends would arrive as late as the wait.
+			return 0, false
 		}
 		if timeout == nil {
 			t := s.clk.NewTimer(wait)
@@ -213,8 +220,17 @@ func (s *Store) check(ctx context.Context, r *rules.Rule, key string, cost int64
 			continue
 		}
 		if live <= minLive {
-			k.Refused(cost)
-			return d, nil
+			if !s.mayFallBack(k) {
+				k.Refused(cost)
+				return d, nil
+			}
+			v := s.decide(k, cost, lease.FirstAttempt)
+			if !v.Allowed {
+				d.Remaining = v.Remaining
+				d.RetryAfter = max(d.RetryAfter, v.RetryAfter)
+				return d, nil
+			}
+			return store.Decision{Allowed: true, Limit: r.Limit, Remaining: v.Remaining}, nil
 		}
 		left, ok := k.Take(cost)
 		if left < 0 {

@@ -55,6 +55,12 @@ type Config struct {
 	Credentials credentials.PerRPCCredentials
 	// DialOptions are added to the dial to the parent.
 	DialOptions []grpc.DialOption
+	// Regions is how many regions share the parent, at least: what a
+	// region cut off from its parent divides a global rule by for a key
+	// the parent has told it nothing of (it divides by the most the parent
+	// told it for any key, if more). default: 1, the whole rule, until the
+	// parent has told it of the others
+	Regions int
 	// Lease tunes the region's lease manager (Transport, Clock and Logger
 	// are the region's own); its zero fields take lease.DefaultConfig's.
 	Lease lease.Config
@@ -71,7 +77,14 @@ type Store struct {
 	rtts  upstream.RoundTrips
 	keys  lenders
 	lost  atomic.Int64 // tokens nodes gave back that the region could not keep (lend.go)
-	swept atomic.Int64 // the region's monotonic clock at the last sweep of its lenders
+	// regions and seenRegions: what a cut-off region divides a key the
+	// parent told it nothing of by (fallback.go); fellBack counts the
+	// tokens its fallback allowances lent.
+	regions     int64
+	seenRegions atomic.Int64
+	fellBack    atomic.Int64
+	refused     atomic.Bool // the parent refused the region's credentials: not an outage
+	swept       atomic.Int64 // the region's monotonic clock at the last sweep of its lenders
 	// lent, when set (tests), sees every grant's TTL beside how long the
 	// region's tokens still lived when they were taken.
 	lent func(ttl, live time.Duration)
@@ -87,6 +100,8 @@ func New(cfg Config) (*Store, error) {
 		return nil, errors.New("region: a parent address is required")
 	case cfg.Local == nil:
 		return nil, errors.New("region: the region's own store is required")
+	case cfg.Regions < 0:
+		return nil, fmt.Errorf("region: regions %d: want 0 (unknown) or more", cfg.Regions)
 	case cfg.Credentials != nil && cfg.TLS == nil:
 		return nil, errors.New("region: credentials to the parent need TLS: a token must not cross the network in plaintext")
 	}
@@ -96,7 +111,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Store{local: cfg.Local, clk: cfg.Clock, log: cfg.Logger}
+	s := &Store{local: cfg.Local, clk: cfg.Clock, log: cfg.Logger, regions: int64(cfg.Regions)}
 	s.keys.m = map[lenderID]*lender{}
 	lc := cfg.Lease
 	rpc := lc.RPCTimeout
@@ -140,14 +155,16 @@ func New(cfg Config) (*Store, error) {
 // it accepts them the region's global keys lend nothing.
 func (s *Store) logParent(next func(bool, error)) func(bool, error) {
 	return func(up bool, cause error) {
-		switch code := status.Code(cause); {
+		code := status.Code(cause)
+		s.refused.Store(!up && (code == codes.Unauthenticated || code == codes.PermissionDenied))
+		switch {
 		case up:
 			s.log.Info("region: the parent answers")
 		case code == codes.Unauthenticated || code == codes.PermissionDenied:
 			s.log.Error("region: the parent refuses this region's credentials (its token or certificate); global keys lend nothing until it accepts them",
 				"err", cause)
 		default:
-			s.log.Warn("region: the parent does not answer; global keys lend what their leases hold until they end, then nothing", "err", cause)
+			s.log.Warn("region: the parent does not answer; global keys lend what their leases hold until they end, then the rule over the regions (limit/R)", "err", cause)
 		}
 		if next != nil {
 			next(up, cause)
@@ -258,6 +275,10 @@ func (s *Store) Local() store.Store { return s.local }
 
 // Lost is how many tokens nodes gave back that the region dropped.
 func (s *Store) Lost() int64 { return s.lost.Load() }
+
+// FellBack is how many tokens the region lent out of its fallback
+// allowances while cut off from its parent.
+func (s *Store) FellBack() int64 { return s.fellBack.Load() }
 
 // Keys is how many global keys the region holds leases on at the parent.
 func (s *Store) Keys() int { return s.mgr.Keys() }
