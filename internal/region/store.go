@@ -83,7 +83,7 @@ type Store struct {
 	regions     int64
 	seenRegions atomic.Int64
 	fellBack    atomic.Int64
-	refused     atomic.Bool // the parent refused the region's credentials: not an outage
+	refused     atomic.Bool  // the parent refused the region's credentials: not an outage
 	swept       atomic.Int64 // the region's monotonic clock at the last sweep of its lenders
 	// lent, when set (tests), sees every grant's TTL beside how long the
 	// region's tokens still lived when they were taken.
