@@ -226,6 +226,18 @@ func (a *Allocator) registerRegion() {
 			Name: "allot_region_global_keys", Help: "Keys of global rules the region holds leases on at its parent.",
 		}, func() float64 { return float64(rs.Keys()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "allot_region_parent_granted_total", Help: "Tokens of global keys the parent put into the region's leases, granted or earned on rate shares: its share of the global rules.",
+		}, func() float64 { return float64(rs.Meters().Granted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "allot_region_asked_total", Help: "Tokens of global keys the region's nodes asked it for: the region's demand.",
+		}, func() float64 { return float64(rs.Meters().Asked) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "allot_region_lent_total", Help: "Tokens of global keys the region lent its nodes, out of its leases and its fallback allowances.",
+		}, func() float64 { return float64(rs.Meters().Lent) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_region_parent_answer_age_seconds", Help: "Seconds since the parent last answered the region (since the region started, if it never has).",
+		}, func() float64 { return rs.Meters().SinceParent.Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "allot_region_fallback_lent_total", Help: "Tokens of global keys the region lent out of its fallback allowances (the rule over the regions) while cut off from its parent.",
 		}, func() float64 { return float64(rs.FellBack()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

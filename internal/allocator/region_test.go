@@ -84,8 +84,21 @@ func TestRegionLeasesGlobalRulesFromItsParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]float64{"allot_region_parent_up": 1, "allot_region_global_keys": 1, "allot_region_returned_dropped_total": 0}
+	// Its demand is the global key's 10 (the regional key's 5 are its
+	// store's), all lent; the parent lent it at least those.
+	want := map[string]float64{"allot_region_parent_up": 1, "allot_region_global_keys": 1, "allot_region_returned_dropped_total": 0,
+		"allot_region_asked_total": 10, "allot_region_lent_total": 10, "allot_region_fallback_lent_total": 0}
 	for _, mf := range metrics {
+		switch v := mf.GetMetric()[0]; mf.GetName() {
+		case "allot_region_parent_granted_total":
+			if v.GetCounter().GetValue() < 10 {
+				t.Errorf("allot_region_parent_granted_total = %v, want the 10 lent at least", v.GetCounter().GetValue())
+			}
+		case "allot_region_parent_answer_age_seconds":
+			if age := v.GetGauge().GetValue(); age < 0 || age > 10 {
+				t.Errorf("allot_region_parent_answer_age_seconds = %v just after the parent answered", age)
+			}
+		}
 		if v, ok := want[mf.GetName()]; ok {
 			m := mf.GetMetric()[0]
 			got := m.GetGauge().GetValue() + m.GetCounter().GetValue()

@@ -23,7 +23,10 @@ type Core struct {
 	inbox *inbox
 	keys  atomic.Int64 // keys held, over all tables
 	over  atomic.Int64 // new keys refused at MaxKeys
-	down  atomic.Bool
+	// credited is the tokens ever put into the leases, over all tables:
+	// grants and the rate shares' earnings, less what paid debts.
+	credited atomic.Int64
+	down     atomic.Bool
 	// downUntil is how long the last failure is news (a mono instant):
 	// the next attempt's instant and its deadline. Past it with no call
 	// since, the node does not know whether the allocator is down
@@ -183,6 +186,11 @@ func (c *Core) SawFleet(n int) {
 
 // Keys is the number of keys held, over all rules. Safe for concurrent use.
 func (c *Core) Keys() int { return int(c.keys.Load()) }
+
+// Credited is how many tokens the allocator has put into the node's
+// leases, granted or earned on rate shares, over all rules: the node's
+// share, counted. Safe for concurrent use.
+func (c *Core) Credited() int64 { return c.credited.Load() }
 
 // OverCap is how many times a new key found the table full (MaxKeys).
 func (c *Core) OverCap() int64 { return c.over.Load() }

@@ -148,5 +148,6 @@ func (k *KeyLease) remove(n int64) int64 {
 func (k *KeyLease) add(n int64) {
 	k.tokens.Add(n)
 	k.spans.credited += n
+	k.table.c.credited.Add(n)
 	k.payDebt()
 }

@@ -56,6 +56,8 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 		s.lost.Add(req.Returned)
 	}
 	got, ttl, k := s.take(ctx, r, req.Key, req.Want)
+	s.meter.asked.Add(max(req.Want, 0))
+	s.meter.lentOut.Add(got)
 	now = s.clk.Mono()
 	g := store.Lease{Granted: got, TTL: ttl}
 	if got == 0 {
@@ -210,6 +212,7 @@ func (s *Store) check(ctx context.Context, r *rules.Rule, key string, cost int64
 		return store.Decision{}, store.ErrCostAboveCapacity
 	}
 	d := store.Decision{Limit: r.Limit, RetryAfter: retryAfter(r, cost)}
+	s.meter.asked.Add(cost)
 	for range 3 {
 		k := s.keyLease(r, key)
 		if k == nil {
@@ -230,6 +233,7 @@ func (s *Store) check(ctx context.Context, r *rules.Rule, key string, cost int64
 				d.RetryAfter = max(d.RetryAfter, v.RetryAfter)
 				return d, nil
 			}
+			s.meter.lentOut.Add(cost)
 			return store.Decision{Allowed: true, Limit: r.Limit, Remaining: v.Remaining}, nil
 		}
 		left, ok := k.Take(cost)
@@ -241,6 +245,7 @@ func (s *Store) check(ctx context.Context, r *rules.Rule, key string, cost int64
 			d.Remaining = left
 			return d, nil
 		}
+		s.meter.lentOut.Add(cost)
 		return store.Decision{Allowed: true, Limit: r.Limit, Remaining: left}, nil
 	}
 	return d, nil

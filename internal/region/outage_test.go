@@ -189,6 +189,7 @@ func TestRegionCutFromItsParent(t *testing.T) {
 	link.Cut(true)
 	cut := time.Since(start)
 	time.Sleep(cutFor)
+	sinceA, sinceB := tr.regions[0].Meters().SinceParent, tr.regions[1].Meters().SinceParent
 	link.Cut(false)
 	restored := time.Since(start)
 	wg.Wait()
@@ -232,5 +233,19 @@ func TestRegionCutFromItsParent(t *testing.T) {
 	}
 	if nodeFallback.Load() != 0 {
 		t.Errorf("%d admitted on a node's fallback while every region answered its nodes", nodeFallback.Load())
+	}
+	// The meters: the cut region last heard its parent when the cut began;
+	// every region lent no more than its nodes asked, nor than its parent
+	// and its fallback gave it.
+	if sinceA < cutFor/2 || sinceB > cutFor/2 {
+		t.Errorf("at the cut's end the parent last answered region a %v ago and b %v ago: want about %v and a round trip", sinceA, sinceB, cutFor)
+	}
+	for i, rs := range tr.regions {
+		m := rs.Meters()
+		t.Logf("region %c: asked %d, lent %d (fallback %d), granted by the parent %d", 'a'+i, m.Asked, m.Lent, m.FellBack, m.Granted)
+		if m.Lent > m.Asked || m.Lent > m.Granted+m.FellBack || m.Lent < int64(len(regionAt[i])) {
+			t.Errorf("region %c: lent %d, asked %d, granted %d, fallback %d, its nodes admitted %d: want admitted <= lent <= asked, and lent <= granted + fallback",
+				'a'+i, m.Lent, m.Asked, m.Granted, m.FellBack, len(regionAt[i]))
+		}
 	}
 }

@@ -83,7 +83,8 @@ type Store struct {
 	regions     int64
 	seenRegions atomic.Int64
 	fellBack    atomic.Int64
-	refused     atomic.Bool  // the parent refused the region's credentials: not an outage
+	refused     atomic.Bool // the parent refused the region's credentials: not an outage
+	meter       meter
 	swept       atomic.Int64 // the region's monotonic clock at the last sweep of its lenders
 	// lent, when set (tests), sees every grant's TTL beside how long the
 	// region's tokens still lived when they were taken.
@@ -113,6 +114,8 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{local: cfg.Local, clk: cfg.Clock, log: cfg.Logger, regions: int64(cfg.Regions)}
 	s.keys.m = map[lenderID]*lender{}
+	s.meter.clk = cfg.Clock
+	s.meter.answered.Store(int64(cfg.Clock.Mono()))
 	lc := cfg.Lease
 	rpc := lc.RPCTimeout
 	if rpc <= 0 {
@@ -126,6 +129,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Credentials != nil {
 		dial = append(dial, grpc.WithPerRPCCredentials(cfg.Credentials))
 	}
+	dial = append(dial, grpc.WithChainUnaryInterceptor(s.meter.intercept))
 	dial = append(dial, cfg.DialOptions...)
 	s.conns = upstream.New(dial, cfg.Clock, cfg.Logger, timeout, rpc/4)
 	if err := s.conns.Set([]string{cfg.Parent}); err != nil {
