@@ -29,7 +29,15 @@ const (
 	childRedisEnv   = "ALLOT_FLEET_REDIS"
 	childProxiesEnv = "ALLOT_FLEET_PROXIES" // how many
 	childRTTEnv     = "ALLOT_FLEET_RTT"     // each proxy's round trip
-	childReady      = "fleet child serving"
+	// A region's child (tree_test.go): its parent's address, the round trip
+	// of the proxy it reaches the parent through (in the child), its name.
+	childParentEnv    = "ALLOT_FLEET_PARENT"
+	childParentRTTEnv = "ALLOT_FLEET_PARENT_RTT"
+	childRegionEnv    = "ALLOT_FLEET_REGION"
+	// childListenEnv is the address the allocator listens on, for one
+	// restarted where it was (default: a free port).
+	childListenEnv = "ALLOT_FLEET_LISTEN"
+	childReady     = "fleet child serving"
 )
 
 // serveChild is the child's side: it serves until its stdin closes (the
@@ -47,8 +55,24 @@ func serveChild() error {
 	if err != nil {
 		return err
 	}
-	a, err := allocator.New(allocator.Config{Rules: set, RedisURL: os.Getenv(childRedisEnv), StoreTimeout: time.Second,
-		Logger: slog.New(slog.NewTextHandler(logSink(), nil))})
+	cfg := allocator.Config{Rules: set, RedisURL: os.Getenv(childRedisEnv), StoreTimeout: time.Second,
+		Listen: os.Getenv(childListenEnv), Logger: slog.New(slog.NewTextHandler(logSink(), nil))}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	var up *netdelay.Proxy // to the parent
+	if parent := os.Getenv(childParentEnv); parent != "" {
+		prtt, err := time.ParseDuration(os.Getenv(childParentRTTEnv))
+		if err != nil {
+			return err
+		}
+		if up, err = netdelay.Start(parent, prtt); err != nil {
+			return err
+		}
+		defer up.Close()
+		cfg.Parent, cfg.Region = up.Addr(), os.Getenv(childRegionEnv)
+	}
+	a, err := allocator.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -65,7 +89,14 @@ func serveChild() error {
 		addrs = append(addrs, p.Addr())
 	}
 	fmt.Println(childReady, strings.Join(addrs, " "))
-	io.Copy(io.Discard, os.Stdin)
+	// A region's child cuts its link to the parent on a "cut" line and
+	// restores it on "restore"; any child stops when its stdin closes.
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if up != nil {
+			up.Cut(sc.Text() == "cut")
+		}
+	}
 	for _, p := range proxies {
 		p.Close()
 	}
@@ -76,16 +107,18 @@ func serveChild() error {
 // child is a fleet's far side, running.
 type child struct {
 	cmd     *exec.Cmd
-	stdin   io.Closer
+	stdin   io.WriteCloser
 	done    chan struct{}
 	alloc   string   // the allocator's address
 	proxies []string // one per node
+	// yaml and redis are what it was started on, to start it again.
+	yaml, redis string
 }
 
 // startChild starts the allocator of the rules in yaml and n proxies of
-// round trip rtt in front of it. The caller stops it (stop), once its
-// nodes are closed.
-func startChild(t *testing.T, yaml, redisURL string, n int, rtt time.Duration) *child {
+// round trip rtt in front of it; env adds to its environment (a region's
+// parent). The caller stops it (stop), once its nodes are closed.
+func startChild(t *testing.T, yaml, redisURL string, n int, rtt time.Duration, env ...string) *child {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -94,6 +127,7 @@ func startChild(t *testing.T, yaml, redisURL string, n int, rtt time.Duration) *
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), childEnv+"="+yaml, childRedisEnv+"="+redisURL,
 		childProxiesEnv+"="+strconv.Itoa(n), childRTTEnv+"="+rtt.String())
+	cmd.Env = append(cmd.Env, env...)
 	// Should the test die, its children die with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
@@ -108,7 +142,7 @@ func startChild(t *testing.T, yaml, redisURL string, n int, rtt time.Duration) *
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	c := &child{cmd: cmd, stdin: stdin, done: make(chan struct{}), yaml: yaml, redis: redisURL}
 	ready := make(chan []string, 1)
 	var tail []string
 	go func() {
@@ -139,6 +173,12 @@ func startChild(t *testing.T, yaml, redisURL string, n int, rtt time.Duration) *
 		t.Fatal("fleet child not serving within 20s")
 	}
 	return nil
+}
+
+// kill kills the child at once, as a crash does, and waits for it.
+func (c *child) kill() {
+	c.cmd.Process.Kill()
+	<-c.done
 }
 
 // stop closes the child's stdin, which stops it, and kills it if it has

@@ -314,7 +314,7 @@ func (r *run) drive(ctx context.Context, sl *slot, node int, rate func(time.Dura
 		defer tick.Stop()
 	}
 	var admitted []int64
-	defer func() { r.add(admitted) }()
+	defer func() { r.add(node, admitted) }()
 	owed := 0.0
 	if rate(0) > 0 {
 		owed = 1 // every node's first request at the start

@@ -42,8 +42,9 @@ type run struct {
 	// no more.
 	first, last atomic.Int64
 
-	mu sync.Mutex
-	at []int64 // every admission's instant, sorted once the run is over
+	mu     sync.Mutex
+	at     []int64   // every admission's instant, sorted once the run is over
+	nodeAt [][]int64 // each node's, in the order its callers finished
 
 	cpu time.Duration // the process's CPU time (user and system) over the run
 	// machine is the whole machine's busy CPUs over the run, every
@@ -86,7 +87,7 @@ func newRun(r *rules.Rule, d time.Duration, n int) *run {
 	start := time.Now()
 	return &run{rule: r, length: d, start: start, wall0: start.UnixNano(),
 		offeredBins: make([]atomic.Int64, (d+time.Second)/binWidth+2),
-		perNode:     make([]atomic.Int64, n), fallback: make([]atomic.Int64, n)}
+		perNode:     make([]atomic.Int64, n), fallback: make([]atomic.Int64, n), nodeAt: make([][]int64, n)}
 }
 
 // bin is the bin of the instant el.
@@ -108,11 +109,28 @@ func (r *run) offer(el time.Duration, n int64) {
 	}
 }
 
-// add records one caller's admissions.
-func (r *run) add(at []int64) {
+// add records the admissions of one caller of node.
+func (r *run) add(node int, at []int64) {
 	r.mu.Lock()
 	r.at = append(r.at, at...)
+	r.nodeAt[node] = append(r.nodeAt[node], at...)
 	r.mu.Unlock()
+}
+
+// admittedBetween is what the nodes for which of says yes admitted in
+// [from, to).
+func (r *run) admittedBetween(of func(node int) bool, from, to time.Duration) (n int) {
+	for node, at := range r.nodeAt {
+		if !of(node) {
+			continue
+		}
+		for _, x := range at {
+			if x >= int64(from) && x < int64(to) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func (r *run) finish() { slices.Sort(r.at) }
