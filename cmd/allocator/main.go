@@ -56,6 +56,7 @@ type options struct {
 	parent, region               string
 	regions                      int
 	parentTLSCA, parentTLSCert   string
+	parentServerName             string
 	parentTLSKey, parentToken    string
 }
 
@@ -117,8 +118,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.regions, "regions", 0, "how many regions share --parent, at least: a region cut off from its parent lends a global key it holds no lease on at limit/regions (it divides by the most the parent told it, if more) (ALLOT_REGIONS). Default: what the parent told it, else 1")
 	fs.StringVar(&o.parentTLSCert, "parent-tls-cert", "", "PEM client certificate chain: reach --parent over TLS with it; reloaded as --tls-reload says (ALLOT_PARENT_TLS_CERT). Default: plaintext")
 	fs.StringVar(&o.parentTLSKey, "parent-tls-key", "", "PEM private key of --parent-tls-cert (ALLOT_PARENT_TLS_KEY)")
-	fs.StringVar(&o.parentTLSCA, "parent-tls-ca", "", "PEM CA bundle the parent's certificate is verified by; needs --parent-tls-cert (ALLOT_PARENT_TLS_CA). Default: the system's roots")
-	fs.StringVar(&o.parentToken, "parent-token-file", "", "file whose first token (the --auth-token-file format) is sent to --parent as \"authorization: Bearer <token>\"; needs --parent-tls-cert; reloaded on SIGHUP (ALLOT_PARENT_TOKEN_FILE)")
+	fs.StringVar(&o.parentTLSCA, "parent-tls-ca", "", "PEM CA bundle the parent's certificate is verified by; alone, the region reaches the parent over TLS without a client certificate (ALLOT_PARENT_TLS_CA). Default: the system's roots")
+	fs.StringVar(&o.parentServerName, "parent-tls-server-name", "", "the name the parent's certificate must carry (ALLOT_PARENT_TLS_SERVER_NAME). Default: the host of --parent")
+	fs.StringVar(&o.parentToken, "parent-token-file", "", "file whose first token (the --auth-token-file format) is sent to --parent as \"authorization: Bearer <token>\"; needs TLS to the parent (--parent-tls-ca or --parent-tls-cert); reloaded on SIGHUP (ALLOT_PARENT_TOKEN_FILE)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (ALLOT_LOG_LEVEL)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (ALLOT_LOG_FORMAT)")
 	// The flag package prints a bad flag's error and the whole usage, and
@@ -291,7 +293,7 @@ func run(args []string, stderr io.Writer) error {
 		NewKeysPerNode: o.newKeysPerNode,
 		AdminTokenFile: o.adminTokenFile, AdminIdentities: splitList(o.adminIdentities), OverridesPoll: o.overridesPoll,
 		Parent: o.parent, Region: o.region, Regions: o.regions, ParentTokenFile: o.parentToken,
-		ParentTLS: allocator.ParentTLSConfig{CertFile: o.parentTLSCert, KeyFile: o.parentTLSKey, CAFile: o.parentTLSCA},
+		ParentTLS: allocator.ParentTLSConfig{CertFile: o.parentTLSCert, KeyFile: o.parentTLSKey, CAFile: o.parentTLSCA, ServerName: o.parentServerName},
 	})
 	if err != nil {
 		return err

@@ -7,8 +7,10 @@ package allocator
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync/atomic"
 
@@ -29,8 +31,13 @@ type ParentTLSConfig struct {
 	// --tls-node-id pattern with Region for {node}.
 	CertFile, KeyFile string
 	// CAFile is the CA bundle the parent's certificate is verified by
-	// (read at start only). default: the system's roots
+	// (read at start only). Alone, without CertFile, the region reaches
+	// its parent over TLS without a client certificate (a parent that
+	// authenticates by token). default: the system's roots
 	CAFile string
+	// ServerName is the name the parent's certificate must carry.
+	// default: the host of the parent's address
+	ServerName string
 }
 
 func (c *Config) checkRegion() error {
@@ -44,17 +51,14 @@ func (c *Config) checkRegion() error {
 		return errors.New("--region: names this allocator at its parent; give --parent too")
 	case c.Parent != "" && c.Region == "":
 		return errors.New("--parent: needs --region, the name this allocator holds its leases under at the parent (unique among its regions)")
-	case c.Parent == "" && (p.CertFile != "" || p.KeyFile != "" || p.CAFile != "" || c.ParentTokenFile != ""):
-		return errors.New("--parent-tls-cert, --parent-tls-key, --parent-tls-ca, --parent-token-file: are how a region reaches its parent; give --parent too")
+	case c.Parent == "" && (p.CertFile != "" || p.KeyFile != "" || p.CAFile != "" || p.ServerName != "" || c.ParentTokenFile != ""):
+		return errors.New("--parent-tls-cert, --parent-tls-key, --parent-tls-ca, --parent-tls-server-name, --parent-token-file: are how a region reaches its parent; give --parent too")
 	case (p.CertFile == "") != (p.KeyFile == ""):
 		return errors.New("--parent-tls-cert and --parent-tls-key go together")
-	case p.CAFile != "" && p.CertFile == "":
-		// The files are loaded as the allocator's own (internal/certs),
-		// which takes a certificate; a parent that asks for none never
-		// sees it.
-		return errors.New("--parent-tls-ca needs --parent-tls-cert and --parent-tls-key: the region reaches its parent over TLS with a client certificate")
-	case c.ParentTokenFile != "" && p.CertFile == "":
-		return errors.New("--parent-token-file needs --parent-tls-cert and --parent-tls-key: a token must not cross the network in plaintext")
+	case p.ServerName != "" && p.CertFile == "" && p.CAFile == "":
+		return errors.New("--parent-tls-server-name needs TLS to the parent: --parent-tls-ca, or --parent-tls-cert and --parent-tls-key")
+	case c.ParentTokenFile != "" && p.CertFile == "" && p.CAFile == "":
+		return errors.New("--parent-token-file needs TLS to the parent (--parent-tls-ca, or --parent-tls-cert and --parent-tls-key): a token must not cross the network in plaintext")
 	}
 	return nil
 }
@@ -94,23 +98,47 @@ func (*parentToken) RequireTransportSecurity() bool { return true }
 // its parent with; nil, nil without them (plaintext).
 func (a *Allocator) parentCredentials() (*tls.Config, credentials.PerRPCCredentials, error) {
 	p := a.cfg.ParentTLS
-	if p.CertFile == "" {
+	var cfg *tls.Config
+	switch {
+	case p.CertFile != "":
+		w, err := certs.Load(certs.Files{Cert: p.CertFile, Key: p.KeyFile, CA: p.CAFile}, a.log)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--parent-tls-cert, --parent-tls-key, --parent-tls-ca: %w", err)
+		}
+		a.parentCerts, cfg = w, w.ClientConfig(p.ServerName)
+	case p.CAFile != "":
+		pool, err := caPool(p.CAFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--parent-tls-ca: %w", err)
+		}
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: p.ServerName}
+	default:
 		return nil, nil, nil
 	}
-	w, err := certs.Load(certs.Files{Cert: p.CertFile, Key: p.KeyFile, CA: p.CAFile}, a.log)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--parent-tls-cert, --parent-tls-key, --parent-tls-ca: %w", err)
-	}
 	if a.cfg.ParentTokenFile == "" {
-		a.parentCerts = w
-		return w.ClientConfig(""), nil, nil
+		return cfg, nil, nil
 	}
 	tok := &parentToken{file: a.cfg.ParentTokenFile}
 	if err := tok.load(); err != nil {
+		a.stopParentCerts()
 		return nil, nil, err
 	}
-	a.parentCerts, a.parentToken = w, tok
-	return w.ClientConfig(""), tok, nil
+	a.parentToken = tok
+	return cfg, tok, nil
+}
+
+// caPool reads a PEM CA bundle: an error names the file when it cannot be
+// read or holds no certificate.
+func caPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", file)
+	}
+	return pool, nil
 }
 
 // reloadParent reads the region's TLS files and token again.

@@ -145,8 +145,10 @@ func TestRegionParentCredentialErrors(t *testing.T) {
 		want []string
 	}{
 		{"cert without key", allocator.ParentTLSConfig{CertFile: p.certFile}, "", []string{"--parent-tls-cert and --parent-tls-key go together"}},
-		{"CA alone", allocator.ParentTLSConfig{CAFile: p.caFile}, "", []string{"--parent-tls-ca needs --parent-tls-cert and --parent-tls-key"}},
-		{"token in plaintext", allocator.ParentTLSConfig{}, good, []string{"--parent-token-file needs --parent-tls-cert", "plaintext"}},
+		{"server name in plaintext", allocator.ParentTLSConfig{ServerName: "parent"}, "", []string{"--parent-tls-server-name needs TLS to the parent"}},
+		{"token in plaintext", allocator.ParentTLSConfig{}, good, []string{"--parent-token-file needs TLS to the parent", "plaintext"}},
+		{"CA alone missing", allocator.ParentTLSConfig{CAFile: missing}, "", []string{"--parent-tls-ca", missing}},
+		{"CA alone not PEM", allocator.ParentTLSConfig{CAFile: notPEM}, good, []string{"--parent-tls-ca", notPEM, "no PEM certificate"}},
 		{"missing cert", allocator.ParentTLSConfig{CertFile: missing, KeyFile: p.keyFile}, "", []string{"--parent-tls-cert", missing}},
 		{"missing CA", allocator.ParentTLSConfig{CertFile: p.certFile, KeyFile: p.keyFile, CAFile: missing}, "", []string{"--parent-tls-ca", missing}},
 		{"CA not PEM", allocator.ParentTLSConfig{CertFile: p.certFile, KeyFile: p.keyFile, CAFile: notPEM}, "", []string{"--parent-tls-ca", notPEM}},
@@ -166,5 +168,46 @@ func TestRegionParentCredentialErrors(t *testing.T) {
 	cfg := allocator.Config{ParentTokenFile: good, Logger: quiet()}
 	if _, err := allocator.New(cfg); err == nil || !strings.Contains(err.Error(), "give --parent too") {
 		t.Errorf("a parent token without --parent: %v", err)
+	}
+}
+
+// A region reaches a parent that authenticates by token alone over TLS
+// with the CA bundle and no certificate of its own; with a server name the
+// parent's certificate does not carry, the handshake fails and the region
+// lends nothing of the global key.
+func TestRegionReachesItsParentWithACAAlone(t *testing.T) {
+	p := newPKI(t)
+	rulesFile := filepath.Join(p.dir, "rules.yaml")
+	writeRules(t, rulesFile, globalRules)
+	tokens := writeFile(t, filepath.Join(p.dir, "fleet.tokens"), fleetToken+"\n")
+	parent := serve(t, allocator.Config{RulesFile: rulesFile, Logger: quiet(),
+		TLS: allocator.TLSConfig{CertFile: p.certFile, KeyFile: p.keyFile}, TokenFile: tokens})
+	tokFile := writeFile(t, filepath.Join(p.dir, "region.token"), fleetToken+"\n")
+	lend := func(serverName string) (*allocator.Allocator, int64) {
+		a, conn := start(t, allocator.Config{RulesFile: rulesFile, Parent: parent.Addr(), Region: "eu" + serverName,
+			ParentTLS:       allocator.ParentTLSConfig{CAFile: p.caFile, ServerName: serverName},
+			ParentTokenFile: tokFile, Logger: quiet()})
+		api := allotv1.NewAllocatorClient(conn)
+		var granted int64
+		for deadline := time.Now().Add(3 * time.Second); granted == 0 && time.Now().Before(deadline); {
+			resp, err := api.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "n1", Requests: []*allotv1.LeaseRequest{{Rule: "g", Key: "k", Want: 10}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if granted = resp.Leases[0].Granted; granted == 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		return a, granted
+	}
+	if _, granted := lend(""); granted != 10 {
+		t.Fatalf("a region with the CA alone and the token lent %d of the global key, want 10", granted)
+	}
+	a, granted := lend("not-the-parent.example")
+	if granted != 0 {
+		t.Errorf("a region that wants a name the parent's certificate lacks lent %d of the global key, want 0", granted)
+	}
+	if up := gauge(t, a, "allot_region_parent_up"); up != 0 {
+		t.Errorf("its allot_region_parent_up = %v, want 0", up)
 	}
 }

@@ -70,8 +70,9 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 	parent := 1
 	if k != nil {
 		g.Remaining = k.Tokens()
-		parent = max(k.FallbackNodes(), k.Holders(), 1)
-		s.sawRegions(parent)
+		told := max(k.FallbackNodes(), k.Holders()) // (0 before the parent answered)
+		parent = max(told, 1)
+		s.sawRegions(told)
 	}
 	if got < req.Want {
 		g.RetryAfter = retryAfter(r, req.Want-got)

@@ -249,3 +249,48 @@ func TestRegionCutFromItsParent(t *testing.T) {
 		}
 	}
 }
+
+// A region that has never reached its parent lends a global key nothing
+// unless it is told how many regions share the rule (Config.Regions): the
+// rule over one region would be the whole rule beside the others. Told
+// two, it lends half: b/2, then r/2.
+func TestRegionNeverAnsweredDividesByRegions(t *testing.T) {
+	set, err := rules.Parse("tree.yaml", []byte(treeRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := dead.Addr().String()
+	dead.Close() // nothing listens there: every call is refused at once
+	for _, regions := range []int{0, 2} {
+		local := store.NewMemory(clock.Real())
+		t.Cleanup(func() { local.Close() })
+		rs, err := New(Config{Name: "region-a", Parent: parent, Local: local, Logger: quiet, Regions: regions})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		g, _ := set.Get("g")
+		var lent int64
+		start := time.Now()
+		for time.Since(start) < time.Second {
+			got, err := rs.Acquire(context.Background(), []store.AcquireRequest{{Rule: g, Key: "k", Node: "n1", Want: 50}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lent += got[0].Granted
+			time.Sleep(10 * time.Millisecond)
+		}
+		most := (float64(g.Burst) + g.Rate()*time.Since(start).Seconds()) / float64(max(regions, 1))
+		t.Logf("regions %d: lent %d in 1 s, the parent never reached (the rule over them: %.0f)", regions, lent, most)
+		switch {
+		case regions == 0 && lent != 0:
+			t.Errorf("a region told of no other lent %d of a key its parent never answered for: want 0", lent)
+		case regions > 0 && (float64(lent) > most || float64(lent) < most/2):
+			t.Errorf("a region told of %d regions lent %d in 1 s: want its part, %.0f at most and half of it at least", regions, lent, most)
+		}
+	}
+}
