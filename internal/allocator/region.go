@@ -266,6 +266,9 @@ func (a *Allocator) registerRegion() {
 			Name: "allot_region_parent_answer_age_seconds", Help: "Seconds since the parent last answered the region (since the region started, if it never has).",
 		}, func() float64 { return rs.Meters().SinceParent.Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "allot_region_withheld_total", Help: "Tokens of global keys the region withheld from its nodes for the fallbacks of the nodes cut off from it.",
+		}, func() float64 { return float64(rs.Withheld()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "allot_region_fallback_lent_total", Help: "Tokens of global keys the region lent out of its fallback allowances (the rule over the regions) while cut off from its parent.",
 		}, func() float64 { return float64(rs.FellBack()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -12,7 +12,9 @@ import (
 // A region's count of the nodes that hold each global key, what each
 // node's fallback divides the rule by, and the last answer each was sent,
 // to answer a retry again rather than apply it twice. A node holds a key
-// from its request until its lease there ends, or it gives the key back.
+// from its request until its lease there ends, and is absent after that
+// for the rule's absence (a reservation is kept for it), unless it gave
+// the key back.
 //
 // The fallback counts follow the store's (docs/bounds.md, rule 5), in
 // parts of the whole rule: the parent tells the region its part, 1/P; the
@@ -32,9 +34,10 @@ type lenders struct {
 
 // lender is one global key's holders in the region.
 type lender struct {
-	mu    sync.Mutex
-	gone  bool // out of the map: look it up again
-	nodes map[string]*holder
+	mu      sync.Mutex
+	gone    bool // out of the map: look it up again
+	nodes   map[string]*holder
+	absence time.Duration // how long a holder whose lease ended is kept as absent (the rule's)
 }
 
 type holder struct {
@@ -42,7 +45,23 @@ type holder struct {
 	seq   int64         // of its last request answered
 	last  store.Lease   // that answer
 	n     int64         // what its fallback divides the rule by, at least, until its next request
+
+	// A holder whose lease here ended without its asking again is absent,
+	// for the rule's absence: cut off from the region, its fallback admits
+	// its part of the rule meanwhile, earning from its lease's end. The
+	// region withholds that part from the others (rule 4's reservation, as
+	// the store does for its holders): drained is how far its reservation
+	// has been taken out of the region's lease, owed what has accrued and
+	// not been taken yet (the lease held too little), and covered the
+	// tokens taken, which what the holder reports it admitted on its
+	// fallback is set against before anything is charged.
+	drained time.Duration
+	owed    float64
+	covered int64
 }
+
+// absent reports whether the holder's lease here has ended at now.
+func (h *holder) absent(now time.Duration) bool { return h.until <= now }
 
 // maxFallbackNodes is what a node the others' parts leave no room for is
 // told to divide by: its fallback admits nothing (the store's).
@@ -70,6 +89,63 @@ func (ls *lenders) get(id lenderID) *lender {
 	return l
 }
 
+// reserve takes out of the region's lease on the key, through take, the
+// part of the rule each absent holder's fallback may have admitted since
+// its reservation was last taken (rate/n a second from its lease's end,
+// for the rule's absence), so that no other node is lent it. What take
+// cannot give now is owed, and taken first at the next call.
+func (ls *lenders) reserve(id lenderID, now time.Duration, rate float64, take func(n int64) int64) {
+	ls.mu.Lock()
+	l := ls.m[id]
+	ls.mu.Unlock()
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range l.nodes {
+		if !h.absent(now) {
+			continue
+		}
+		from, to := max(h.drained, h.until), min(now, h.until+l.absence)
+		if to > from {
+			h.owed += rate / float64(max(h.n, 1)) * (to - from).Seconds()
+			h.drained = to
+		}
+		if want := int64(h.owed); want > 0 {
+			if got := take(want); got > 0 {
+				h.covered += got
+				h.owed -= float64(got)
+			}
+		}
+	}
+}
+
+// cover sets what the node reports it admitted on its fallback against
+// its reservation, and says how much of it the reservation covers. A
+// report of nothing ends the reservation: the node has been back for a
+// request, and its fallback is closed.
+func (ls *lenders) cover(id lenderID, node string, consumed int64) int64 {
+	ls.mu.Lock()
+	l := ls.m[id]
+	ls.mu.Unlock()
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.nodes[node]
+	if h == nil {
+		return 0
+	}
+	c := min(max(consumed, 0), h.covered)
+	h.covered -= c
+	if consumed <= 0 {
+		h.covered = 0
+	}
+	return c
+}
+
 // replay is the answer the node was last sent on the key, when seq is the
 // sequence number of the request it answered: its retry.
 func (ls *lenders) replay(id lenderID, node string, seq int64) (store.Lease, bool) {
@@ -95,7 +171,7 @@ func (ls *lenders) replay(id lenderID, node string, seq int64) (store.Lease, boo
 // 1/parent; said is what the node said it divides by, 0 if it did not),
 // and records the answer answer makes of the key's live holders, it among
 // them, and that count.
-func (ls *lenders) hold(id lenderID, node string, seq int64, now, until time.Duration, said, parent int64,
+func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence time.Duration, said, parent int64,
 	answer func(holders int, fallbackNodes int64) store.Lease) store.Lease {
 	for {
 		l := ls.get(id)
@@ -104,18 +180,22 @@ func (ls *lenders) hold(id lenderID, node string, seq int64, now, until time.Dur
 			l.mu.Unlock()
 			continue
 		}
+		l.absence = absence
 		h := l.nodes[node]
 		if h == nil {
 			h = &holder{}
 			l.nodes[node] = h
 		}
 		h.until = max(h.until, until)
+		h.owed = 0 // (back: what its reservation had not taken is not needed)
 		var parts []float64
 		for n, o := range l.nodes {
 			switch {
-			case o.until <= now:
+			case o.until+l.absence <= now:
 				delete(l.nodes, n)
 			case o != h:
+				// An absent holder's part stays counted: its fallback may
+				// be admitting it.
 				parts = append(parts, 1/float64(max(o.n, 1)))
 			}
 		}
@@ -136,7 +216,8 @@ func (ls *lenders) hold(id lenderID, node string, seq int64, now, until time.Dur
 	}
 }
 
-// leave forgets the node as a holder of the key, and the key once no node
+// leave forgets the node as a holder of the key (it gave its tokens back:
+// it is not absent, and holds no reservation), and the key once no node
 // of the region holds it.
 func (ls *lenders) leave(id lenderID, node string, now time.Duration) {
 	ls.mu.Lock()
@@ -149,7 +230,7 @@ func (ls *lenders) leave(id lenderID, node string, now time.Duration) {
 	defer l.mu.Unlock()
 	delete(l.nodes, node)
 	for n, o := range l.nodes {
-		if o.until <= now {
+		if o.until+l.absence <= now {
 			delete(l.nodes, n)
 		}
 	}
@@ -159,7 +240,8 @@ func (ls *lenders) leave(id lenderID, node string, now time.Duration) {
 	}
 }
 
-// sweep forgets the keys whose holders' leases have all ended.
+// sweep forgets the keys whose holders' leases have all ended, and their
+// absences.
 func (ls *lenders) sweep(now time.Duration) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -167,7 +249,7 @@ func (ls *lenders) sweep(now time.Duration) {
 		l.mu.Lock()
 		live := false
 		for _, o := range l.nodes {
-			live = live || o.until > now
+			live = live || o.until+l.absence > now
 		}
 		if !live {
 			l.gone = true

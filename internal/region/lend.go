@@ -49,7 +49,12 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 		return last // a retry whose answer was lost: answered again, not applied again
 	}
 	now := s.clk.Mono()
-	if n := req.Consumed + req.Settled; n > 0 {
+	s.reserve(r, req.Key, now)
+	// What the node admitted on its fallback is set against what was
+	// withheld for it while it was absent; the rest, and its settled
+	// costs, are charged.
+	covered := s.keys.cover(id, req.Node, req.Consumed)
+	if n := req.Consumed - covered + req.Settled; n > 0 {
 		s.charge(r, req.Key, n, now)
 	}
 	if req.Returned > 0 {
@@ -78,11 +83,27 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 		g.RetryAfter = retryAfter(r, req.Want-got)
 	}
 	s.sweep(now)
-	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, req.FallbackNodes, int64(parent),
+	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, r.Lease.Absence(), req.FallbackNodes, int64(parent),
 		func(holders int, fallbackNodes int64) store.Lease {
 			g.Holders, g.FallbackNodes = holders, fallbackNodes
 			return g
 		})
+}
+
+// reserve withholds from the key's lease what its absent holders'
+// fallbacks may admit (lenders.reserve), before anything else is taken.
+func (s *Store) reserve(r *rules.Rule, key string, now time.Duration) {
+	k := s.keyLease(r, key)
+	if k == nil {
+		return
+	}
+	s.keys.reserve(lenderID{r.Base().Name, key}, now, r.Rate(), func(n int64) int64 {
+		got := k.TakeUpTo(n)
+		if got > 0 {
+			s.withheld.Add(got)
+		}
+		return max(got, 0)
+	})
 }
 
 // sweep forgets, every ten seconds, the keys no node holds any more.
@@ -214,6 +235,7 @@ func (s *Store) check(ctx context.Context, r *rules.Rule, key string, cost int64
 	}
 	d := store.Decision{Limit: r.Limit, RetryAfter: retryAfter(r, cost)}
 	s.meter.asked.Add(cost)
+	s.reserve(r, key, s.clk.Mono())
 	for range 3 {
 		k := s.keyLease(r, key)
 		if k == nil {

@@ -83,7 +83,8 @@ type Store struct {
 	regions     int64
 	seenRegions atomic.Int64
 	fellBack    atomic.Int64
-	refused     atomic.Bool // the parent refused the region's credentials: not an outage
+	withheld    atomic.Int64 // tokens withheld for absent holders' fallbacks (holders.go)
+	refused     atomic.Bool  // the parent refused the region's credentials: not an outage
 	meter       meter
 	swept       atomic.Int64 // the region's monotonic clock at the last sweep of its lenders
 	// lent, when set (tests), sees every grant's TTL beside how long the
@@ -279,6 +280,10 @@ func (s *Store) Local() store.Store { return s.local }
 
 // Lost is how many tokens nodes gave back that the region dropped.
 func (s *Store) Lost() int64 { return s.lost.Load() }
+
+// Withheld is how many tokens the region withheld from its nodes for the
+// fallbacks of the nodes cut off from it.
+func (s *Store) Withheld() int64 { return s.withheld.Load() }
 
 // FellBack is how many tokens the region lent out of its fallback
 // allowances while cut off from its parent.
