@@ -195,3 +195,67 @@ func TestRequestsSentOnTheFallbackSaySo(t *testing.T) {
 			}},
 	})
 }
+
+// A key whose owner says its fallback still uses more than the allocator
+// last told it (SetUsing: a region whose nodes hold parts of an older,
+// larger part) says so with its requests, the smaller divisor of the two;
+// told nothing by its owner, it says what it was told.
+func TestRequestsSayWhatTheOwnerStillUses(t *testing.T) {
+	g := newRig(t, func(c *Config) { c.TokensOnly = true })
+	k := func() *KeyLease { return g.key("r", "k") }
+	says := func(want uint32) func(g *rig) error {
+		return func(g *rig) error {
+			if len(g.out) == 0 {
+				return fmt.Errorf("no request out")
+			}
+			if got := g.out[len(g.out)-1].Requests[0].FallbackNodes; uint32(got) != want {
+				return fmt.Errorf("the request says %d, want %d", got, want)
+			}
+			return nil
+		}
+	}
+	g.run([]step{
+		{name: "t0: two others hold the key; this node's grant tells it 3", at: 0, do: func(g *rig) {
+			g.acquireAs("a", "r", "k", 0, 0)
+			g.acquireAs("b", "r", "k", 0, 0)
+			g.decide("r", "k", 1)
+			g.answer()
+		}, want: func(g *rig) error {
+			if n := k().FallbackNodes(); n < 3 {
+				return fmt.Errorf("told %d, want 3 or more", n)
+			}
+			return nil
+		}},
+		{name: "t1: its owner says it still uses a half: the next request says 2", at: time.Millisecond, do: func(g *rig) {
+			k().SetUsing(2)
+			g.out = nil
+			for range 40 {
+				if len(g.out) > 0 {
+					break
+				}
+				g.decide("r", "k", 1)
+				g.to(g.now() - g.start + 25*time.Millisecond)
+			}
+		}, want: says(2)},
+		{name: "t2: its owner says no more: the request says what it was told", at: 2 * time.Second, do: func(g *rig) {
+			g.answer()
+			k().SetUsing(0)
+			g.out = nil
+			for range 40 {
+				if len(g.out) > 0 {
+					break
+				}
+				g.decide("r", "k", 1)
+				g.to(g.now() - g.start + 25*time.Millisecond)
+			}
+		}, want: func(g *rig) error {
+			if len(g.out) == 0 {
+				return fmt.Errorf("no request out")
+			}
+			if got, told := g.out[len(g.out)-1].Requests[0].FallbackNodes, k().FallbackNodes(); int(got) != told {
+				return fmt.Errorf("the request says %d, want what it was told, %d", got, told)
+			}
+			return nil
+		}},
+	})
+}

@@ -26,6 +26,7 @@ type KeyLease struct {
 	demand    atomic.Int64  // asked of the key and not taken from its lease: the rate estimate's
 	holders   atomic.Int32  // the allocator's last count of the key's holders
 	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
+	usingN    atomic.Int32  // what its owner says its fallback may still use, as a divisor; 0: what it was told (SetUsing)
 	liveUntil atomic.Int64  // the mono at which its oldest leased tokens die, any rule; 0: none (live.go)
 	notBefore atomic.Int64  // the mono before which no refill leaves
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
@@ -108,6 +109,24 @@ func (k *KeyLease) syncSpendBy() {
 // divide the rule by, at least (Grant.FallbackNodes), 0 if it did not say:
 // Decide divides by no fewer, whatever the fleet's count.
 func (k *KeyLease) FallbackNodes() int { return int(k.fallbackN.Load()) }
+
+// SetUsing says that the key's fallback may still admit, until the owner
+// says otherwise, as much as dividing the rule by n would: a region whose
+// nodes were told their parts of an older, larger part of the rule. Its
+// requests then say the smaller of n and what the allocator told it, so
+// that the allocator counts it at what it may use, not at what it was
+// last told (docs/bounds.md, rule 5). 0: what it was told.
+func (k *KeyLease) SetUsing(n int) { k.usingN.Store(int32(min(max(n, 0), math.MaxInt32))) }
+
+// saysFallbackNodes is what the key's requests say its fallback divides
+// by: what it was told, or what its owner says it still uses, if fewer.
+func (k *KeyLease) saysFallbackNodes() int {
+	told, using := k.FallbackNodes(), int(k.usingN.Load())
+	if using > 0 && (told == 0 || using < told) {
+		return using
+	}
+	return told
+}
 
 // Tokens is the number of leased tokens held now.
 func (k *KeyLease) Tokens() int64 { return max(k.tokens.Load(), 0) }

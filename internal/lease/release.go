@@ -108,11 +108,11 @@ func (c *Core) Close(at time.Duration) Final {
 			}
 			if f != nil && !gone {
 				fin.Retries = append(fin.Retries, Request{Rule: t.name, Key: k.key, Consumed: f.consumed, ConsumedAge: f.age, Seq: f.seq,
-					Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: ret.Held + f.returned, FallbackNodes: k.FallbackNodes()})
+					Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: ret.Held + f.returned, FallbackNodes: k.saysFallbackNodes()})
 			}
 			if n > 0 && !gone {
 				fin.Reports = append(fin.Reports, Request{Rule: t.name, Key: k.key, Consumed: n, ConsumedAge: age, Held: ret.Held,
-					FallbackNodes: k.FallbackNodes()})
+					FallbackNodes: k.saysFallbackNodes()})
 			}
 		}
 	}

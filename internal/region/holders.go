@@ -169,10 +169,11 @@ func (ls *lenders) replay(id lenderID, node string, seq int64) (store.Lease, boo
 // hold counts the node a holder of the key until until, at now, tells it
 // what its fallback divides the rule by (the region's part being
 // 1/parent; said is what the node said it divides by, 0 if it did not),
-// and records the answer answer makes of the key's live holders, it among
-// them, and that count.
+// and records the answer answer makes of the key's holders, it among
+// them, that count, and the parts of the rule their fallbacks may use in
+// all.
 func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence time.Duration, said, parent int64,
-	answer func(holders int, fallbackNodes int64) store.Lease) store.Lease {
+	answer func(holders int, fallbackNodes int64, used float64) store.Lease) store.Lease {
 	for {
 		l := ls.get(id)
 		l.mu.Lock()
@@ -209,11 +210,23 @@ func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence
 		if said > 0 {
 			h.n = min(told, said)
 		}
-		g := answer(len(l.nodes), told)
+		g := answer(len(l.nodes), told, taken+1/float64(max(h.n, 1)))
 		h.seq, h.last = seq, g
 		l.mu.Unlock()
 		return g
 	}
+}
+
+// usingNodes is what a region whose nodes' fallbacks may use parts
+// summing to used of the rule says its own fallback divides by: the most
+// n with 1/n at least used (0 for none), so that the parent counts the
+// region at no less than its nodes may admit, whatever it told the region
+// since (docs/bounds.md, "Regions").
+func usingNodes(used float64) int {
+	if used <= 1e-9 {
+		return 0
+	}
+	return int(min(math.Floor(1/used+1e-9), maxFallbackNodes))
 }
 
 // leave forgets the node as a holder of the key (it gave its tokens back:

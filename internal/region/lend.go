@@ -84,8 +84,14 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 	}
 	s.sweep(now)
 	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, r.Lease.Absence(), req.FallbackNodes, int64(parent),
-		func(holders int, fallbackNodes int64) store.Lease {
+		func(holders int, fallbackNodes int64, used float64) store.Lease {
 			g.Holders, g.FallbackNodes = holders, fallbackNodes
+			if k != nil {
+				// The parent may have told the region a smaller part since
+				// its nodes were told theirs: its requests say what they
+				// may still use until they have all asked again.
+				k.SetUsing(usingNodes(used))
+			}
 			return g
 		})
 }

@@ -360,3 +360,48 @@ func TestNodeCutFromItsRegion(t *testing.T) {
 		t.Errorf("the cut node admitted %d on its fallback, the region withheld %d for it: want both", fell[0].Load(), tr.regions[0].Withheld())
 	}
 }
+
+// TestRegionSaysWhatItsNodesStillUse: a region whose node was told the
+// whole rule (the region alone at the parent) keeps saying so to the
+// parent after a second region arrives and the parent tells the first a
+// half, until that node has asked again: the parent counts the first
+// region at what its node's fallback may still admit, and tells the
+// newcomer that nothing is left (docs/bounds.md, rule 5), never a half
+// beside the node's whole.
+func TestRegionSaysWhatItsNodesStillUse(t *testing.T) {
+	tr := newTree(t, 1)
+	g, _ := tr.set.Get("g")
+	rs := tr.regions[0]
+	ask := func(st store.Store, node string, want int64) store.Lease {
+		t.Helper()
+		got, err := st.Acquire(context.Background(), []store.AcquireRequest{{Rule: g, Key: "k", Node: node, Want: want}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+	if l := ask(rs, "n1", 10); l.FallbackNodes != 1 || l.Granted == 0 {
+		t.Fatalf("the first node of the only region: told %d, lent %d; want the whole rule (1) and tokens", l.FallbackNodes, l.Granted)
+	}
+	var regionTold, newcomer []int64
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		// Another node of the region keeps the key busy, so that the region
+		// renews at the parent every refresh; n1 does not ask again.
+		ask(rs, "n2", 10)
+		if k := rs.keyLease(g, "k"); k != nil {
+			regionTold = append(regionTold, int64(k.FallbackNodes()))
+		}
+		newcomer = append(newcomer, ask(tr.parent, "region-new", 0).FallbackNodes)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the region was told %v; the newcomer %v", slices.Compact(slices.Clone(regionTold)), slices.Compact(slices.Clone(newcomer)))
+	if slices.Max(regionTold) < 2 {
+		t.Fatalf("the parent never told the first region less than the whole rule beside the newcomer: %v", regionTold)
+	}
+	for _, n := range newcomer {
+		if n < maxFallbackNodes {
+			t.Fatalf("the newcomer was told to divide by %d while the first region's node may still admit the whole rule: want none (2^31-1)", n)
+		}
+	}
+}
