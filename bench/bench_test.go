@@ -40,14 +40,15 @@ func TestShortRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"results.md", "lease-accuracy.png", "lease-redis.png", "failover.png", "distance.png", "keys.png"} {
+	for _, f := range []string{"results.md", "lease-accuracy.png", "lease-redis.png", "failover.png", "distance.png", "keys.png", "regions.png"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s missing or empty: %v", f, err)
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(out, "results.md"))
 	for _, want := range []string{"allot adaptive", "Redis Lua per request", "Check RPC per request", "local only (limit/N)", "## Failover", "## The figures",
-		"## Distance", "allot rate shares", "allot tokens only", "## Many keys", "2000 keys", "per key touched once"} {
+		"## Distance", "allot rate shares", "allot tokens only", "## Many keys", "2000 keys", "per key touched once",
+		"## Regions", "tree: parent and regions", "one shared Redis", "independent limits (limit/3)"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -70,6 +71,17 @@ func TestShortRun(t *testing.T) {
 	sh, tk := rep.find(far, "allot rate shares"), rep.find(far, "allot tokens only")
 	if sh == nil || tk == nil || sh.res.admitted <= tk.res.admitted {
 		t.Errorf("200ms away: rate shares did not admit more than tokens alone")
+	}
+	// Each way of holding the regions' limit ran, admitted, and counted
+	// its calls; only the tree and the shared Redis have a far link.
+	if len(rep.regions) != len(regionsApproaches) {
+		t.Errorf("regions scenario: %d runs, want %d", len(rep.regions), len(regionsApproaches))
+	}
+	for _, w := range rep.regions {
+		if acc := float64(w.res.admitted) / w.ideal; w.res.admitted == 0 || acc > 1.25 || w.node <= 0 || w.store <= 0 || (w.far > 0) != (w.approach != "independent") {
+			t.Errorf("regions scenario, %s: admitted %d (%.2f of the ideal), per 1k admitted %.1f store calls, %.1f over the far link, %.1f node calls",
+				w.label, w.res.admitted, acc, w.store, w.far, w.node)
+		}
 	}
 	if rep.failover == nil || rep.failover.res.admitted == 0 {
 		t.Error("no failover run")
@@ -95,6 +107,7 @@ func TestFlags(t *testing.T) {
 		{"--distance-rtts", "0,-5ms"}, {"--distance-rtts", "far"}, {"--distance-burst", "0"},
 		{"--keys-sizes", "1"}, {"--keys-sizes", "10000,x"}, {"--keys-run", "100ms"}, {"--keys-touch-rate", "0"}, {"--keys-flood-rate", "0"}, {"--keys-flood", "0"}, {"--keys-ttl", "1ms"},
 		{"--gubernator-algorithm", "sliding_window"},
+		{"--regions-loads", "moving,spiky"}, {"--regions-run", "100ms"}, {"--regions-period", "0"},
 	}
 	for _, args := range bad {
 		if _, err := parseFlags(args); err == nil {

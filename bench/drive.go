@@ -22,6 +22,9 @@ type load struct {
 	events   []event // things to do during the run, e.g. kill the allocator
 	saturate bool    // also measure the strategy's throughput, saturated
 	counts   *counts // where the per-key counts come from; nil: made per run
+	// rateAt, when set, is node's rate at elapsed into the run instead of
+	// rates[node] (a load that moves); rates then gives the nodes' count.
+	rateAt func(node int, elapsed time.Duration) float64
 }
 
 // counts lends the per-key count arrays of runs on many keys (a result's
@@ -129,7 +132,11 @@ func drive(s strategy, l load) *result {
 			go func() {
 				defer wg.Done()
 				wr := newWorker(l, node, w)
-				wr.run(ctx, s, start, l.rates[node]/float64(l.workers), names, sh)
+				rate := func(time.Duration) float64 { return l.rates[node] / float64(l.workers) }
+				if l.rateAt != nil {
+					rate = func(at time.Duration) float64 { return l.rateAt(node, at) / float64(l.workers) }
+				}
+				wr.run(ctx, s, start, rate, names, sh)
 				mu.Lock()
 				wr.mergeInto(r)
 				mu.Unlock()
@@ -198,7 +205,8 @@ func (wr *worker) pick() int {
 	return int(wr.zipf.Uint64())
 }
 
-func (wr *worker) run(ctx context.Context, s strategy, start time.Time, rate float64, names []string, sh *shared) {
+// run offers rateAt(elapsed) decisions a second until ctx ends.
+func (wr *worker) run(ctx context.Context, s strategy, start time.Time, rateAt func(time.Duration) float64, names []string, sh *shared) {
 	const step = 2 * time.Millisecond
 	tick := time.NewTicker(step)
 	defer tick.Stop()
@@ -209,6 +217,7 @@ func (wr *worker) run(ctx context.Context, s strategy, start time.Time, rate flo
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
+			rate := rateAt(now.Sub(start))
 			owed += rate * now.Sub(last).Seconds()
 			last = now
 			if limit := rate * 0.05; owed > limit+1 {

@@ -4,9 +4,12 @@
 // with local-only limiting (limit/N per node), in one run on one Redis; and,
 // in the uniform scenario, with Gubernator (three daemons, GLOBAL and
 // default behaviour). The keys scenario (keys.go) measures what many keys
-// cost. It prints progress and writes a Markdown report and PNG plots.
+// cost; the regions scenario (regions.go) holds one limit over three
+// regions three ways: a tree of allocators, one shared Redis far from
+// every region, a third of it in each. It prints progress and writes a
+// Markdown report and PNG plots.
 //
-//	go run ./bench                     # the full run (about 13 minutes on 2 cores, 9 of them keys;
+//	go run ./bench                     # the full run (about 15 minutes on 2 cores, 9 of them keys, 1.5 regions;
 //	                                   # the first also builds Gubernator's daemons, minutes more)
 //	go run ./bench --scenarios keys    # the keys scenario alone
 //	go run ./bench --short             # a few seconds: the smoke test make test runs
@@ -46,6 +49,13 @@ type config struct {
 	distanceLimit int64
 	distanceBurst int64
 	distanceRun   time.Duration
+	// The regions scenario: the round trip between each region and what
+	// it shares (the parent, or the shared Redis), the loads, the length
+	// of each run and how often the moving load moves.
+	regionsRTT    time.Duration
+	regionsLoads  []string
+	regionsRun    time.Duration
+	regionsPeriod time.Duration
 	// The keys scenario: its sizes, the length of each load, the keys
 	// each node touches once (at most), how fast keys are touched, the
 	// window of the hold phase and the rules' lease TTL.
@@ -92,11 +102,15 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.workers, "workers", 4, "goroutines per node")
 	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: start a redis-server on a free port)")
 	fs.StringVar(&c.out, "out", "bench/results", "report folder")
-	scen := fs.String("scenarios", "uniform,skew,failover,keys,distance", "scenarios to run (manykeys: the old name of keys)")
+	scen := fs.String("scenarios", "uniform,skew,failover,keys,distance,regions", "scenarios to run (manykeys: the old name of keys)")
 	rtts := fs.String("distance-rtts", "0,20ms,50ms,100ms,200ms,500ms", "distance scenario: round trips to the allocator")
 	fs.Int64Var(&c.distanceLimit, "distance-limit", 1000, "distance scenario: the rule's limit per second")
 	fs.Int64Var(&c.distanceBurst, "distance-burst", 100, "distance scenario: the rule's burst")
 	fs.DurationVar(&c.distanceRun, "distance-run", 6*time.Second, "distance scenario: length of each run")
+	fs.DurationVar(&c.regionsRTT, "regions-rtt", 150*time.Millisecond, "regions scenario: round trip between each region's allocator and the parent (tree) or the shared Redis; 3 regions of 4 nodes whatever --nodes says")
+	regLoads := fs.String("regions-loads", "moving,even", "regions scenario: loads, moving (80% on one region at a time) and even")
+	fs.DurationVar(&c.regionsRun, "regions-run", 12*time.Second, "regions scenario: length of each run")
+	fs.DurationVar(&c.regionsPeriod, "regions-period", 2*time.Second, "regions scenario: how long the moving load stays on a region")
 	failure := fs.String("failure", "0.333,0.667", "failover scenario: kill and restore the allocator at these fractions of the run")
 	fs.BoolVar(&c.gubernator, "gubernator", true, "also measure Gubernator v2.13.0 (3 daemons built from bench/gubernator) in the uniform scenario")
 	gubAlg := fs.String("gubernator-algorithm", "leaky_bucket", "Gubernator's algorithm for the rule: leaky_bucket (a token bucket) or token_bucket (a fixed window)")
@@ -124,6 +138,13 @@ func parseFlags(args []string) (*config, error) {
 	if c.gubernatorAlg, err = parseGubernatorAlgorithm(*gubAlg); err != nil {
 		return nil, fmt.Errorf("--gubernator-algorithm: %v", err)
 	}
+	for _, ld := range strings.Split(*regLoads, ",") {
+		ld = strings.TrimSpace(ld)
+		if regionsLoadLabels[ld] == "" {
+			return nil, fmt.Errorf("--regions-loads: %q is not moving or even", ld)
+		}
+		c.regionsLoads = append(c.regionsLoads, ld)
+	}
 	c.scenarios = map[string]bool{}
 	for _, s := range strings.Split(*scen, ",") {
 		s = strings.TrimSpace(s)
@@ -138,6 +159,11 @@ func parseFlags(args []string) (*config, error) {
 		c.distanceRTTs, c.distanceRun = []time.Duration{0, 200 * time.Millisecond}, 1500*time.Millisecond
 		c.keysSizes, c.keysRun, c.keysTouch, c.keysWindow, c.keysTTL = []int{2000}, 1500*time.Millisecond, 250, time.Second, time.Second
 		c.keysFlood = 1000
+		// The regions scenario's smoke: each approach once, under the
+		// moving load, 20 ms from what the regions share: about 2.5 s in
+		// all (at 150 ms, the shared Redis's allocators alone take 2.5 s
+		// to start: they load their scripts a round trip apiece).
+		c.regionsLoads, c.regionsRun, c.regionsPeriod, c.regionsRTT = []string{"moving"}, 600*time.Millisecond, 200*time.Millisecond, 20*time.Millisecond
 	}
 	if c.burst == 0 {
 		c.burst = c.limit
@@ -151,6 +177,8 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("--demand must be positive and --skew between 0 and 1")
 	case c.duration < time.Second || c.distanceRun < time.Second:
 		return nil, errors.New("--duration and --distance-run must be at least 1s")
+	case c.regionsRun < 500*time.Millisecond || c.regionsRTT < 0 || c.regionsPeriod <= 0:
+		return nil, errors.New("--regions-run must be at least 500ms (a worst second needs 1s), --regions-rtt zero or more and --regions-period positive")
 	case c.distanceLimit < 1 || c.distanceBurst < 1:
 		return nil, errors.New("--distance-limit and --distance-burst must be positive")
 	case slices.Min(c.keysSizes) < 2 || c.keysTouch < 1 || c.keysTouchRate <= 0 || c.keysFlood < 1 || c.keysFloodRate <= 0 || c.keysHoldRate <= 0:

@@ -23,6 +23,7 @@ type report struct {
 	rows     []row
 	failover *failoverRun
 	keys     []*keysResult
+	regions  []regionsRow
 	when     time.Time
 }
 
@@ -74,6 +75,12 @@ func (r *report) write(dir string) error {
 		}
 		plots = append(plots, "keys.png")
 	}
+	if len(r.regions) > 0 {
+		if err := r.plotRegions(filepath.Join(dir, "regions.png")); err != nil {
+			return err
+		}
+		plots = append(plots, "regions.png")
+	}
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.markdown(plots)), 0o644)
 }
 
@@ -114,6 +121,9 @@ func (r *report) markdown(plots []string) string {
 	}
 	if r.find("distance", "allot rate shares") != nil {
 		b.WriteString(r.distanceText())
+	}
+	if len(r.regions) > 0 {
+		b.WriteString(r.regionsText())
 	}
 	if r.failover != nil {
 		b.WriteString(r.failoverText())
@@ -169,6 +179,7 @@ func (r *report) verdicts() string {
 		check(worstNear >= 0.97, "leases with rate shares at round trips up to 200ms admit %s of the ideal; target ≥ 0.97 at each", strings.Join(near, ", "))
 	}
 	r.keysVerdicts(check)
+	r.regionsVerdicts(check)
 	return b.String()
 }
 

@@ -58,6 +58,7 @@ func run(cfg *config) (*report, error) {
 		{"skew", (*session).skewed},
 		{"keys", (*session).keysScenario},
 		{"distance", (*session).distance},
+		{"regions", (*session).regions},
 		{"failover", (*session).failover},
 	}
 	for _, st := range steps {
@@ -180,25 +181,10 @@ func (s *session) rule(name string) *rules.Rule {
 // commandStats sums INFO commandstats: calls by clients (EVAL, EVALSHA and
 // plain commands) and all calls, those made inside scripts included.
 func (s *session) commandStats() (client, all int64) {
-	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		return 0, 0
-	}
-	// The commands only scripts call (Allot's Lua and the per-request
-	// baseline's): neither the allocator nor the bench sends them itself.
-	scriptInner := map[string]bool{"time": true, "get": true, "set": true, "hgetall": true, "hmget": true, "hset": true,
-		"hdel": true, "pexpire": true, "del": true, "zadd": true, "zcount": true, "zremrangebyscore": true,
-		"zremrangebyrank": true, "zrangebyscore": true, "zrange": true, "zcard": true}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
-		if !ok || !strings.HasPrefix(line, "cmdstat_") {
-			continue
-		}
-		var calls int64
-		fmt.Sscanf(rest[strings.Index(rest, "calls=")+len("calls="):], "%d", &calls)
-		if name == "info" || name == "config|resetstat" || name == "dbsize" {
-			// (The bench's own, and the allocator's poll of the store's size
-			// for --redis-max-keys: ten a second, whatever the traffic.)
+	for name, calls := range commandCalls(s.rdb) {
+		if name == "dbsize" {
+			// (The allocator's poll of the store's size for
+			// --redis-max-keys: ten a second, whatever the traffic.)
 			continue
 		}
 		all += calls
@@ -207,6 +193,33 @@ func (s *session) commandStats() (client, all int64) {
 		}
 	}
 	return client, all
+}
+
+// scriptInner are the commands only scripts call (Allot's Lua and the
+// per-request baseline's): neither the allocator nor the bench sends them
+// itself.
+var scriptInner = map[string]bool{"time": true, "get": true, "set": true, "hgetall": true, "hmget": true, "hset": true,
+	"hdel": true, "pexpire": true, "del": true, "zadd": true, "zcount": true, "zremrangebyscore": true,
+	"zremrangebyrank": true, "zrangebyscore": true, "zrange": true, "zcard": true}
+
+// commandCalls is INFO commandstats by command, less the bench's own
+// (INFO, CONFIG RESETSTAT).
+func commandCalls(rdb *redis.Client) map[string]int64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") || name == "info" || name == "config|resetstat" {
+			continue
+		}
+		var calls int64
+		fmt.Sscanf(rest[strings.Index(rest, "calls=")+len("calls="):], "%d", &calls)
+		out[name] = calls
+	}
+	return out
 }
 
 func (s *session) resetStats() { s.rdb.ConfigResetStat(context.Background()) }

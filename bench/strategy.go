@@ -43,6 +43,7 @@ type hybridOptions struct {
 	tokensOnly bool          // lease tokens only, as before rate shares
 	roundTrip  time.Duration // how far the allocator is, for the timeouts
 	id         string        // the nodes' ID prefix; default "node"
+	fleet      int           // the fleet size each node assumes (Config.Nodes); default the nodes started
 }
 
 // newHybridVia starts nodes that dial the allocators via(node) gives.
@@ -52,10 +53,13 @@ func newHybridVia(rule string, nodes int, via func(node int) []string, o hybridO
 	if o.id == "" {
 		o.id = "node"
 	}
+	if o.fleet == 0 {
+		o.fleet = nodes
+	}
 	for i := range nodes {
 		reg := prometheus.NewRegistry()
 		c, err := client.New(client.Config{Allocators: via(i), NodeID: fmt.Sprintf("%s-%d", o.id, i), Registerer: reg,
-			Nodes: nodes, Logger: quiet, StartTimeout: 5*time.Second + 3*o.roundTrip,
+			Nodes: o.fleet, Logger: quiet, StartTimeout: 5*time.Second + 3*o.roundTrip,
 			RPCTimeout: 250*time.Millisecond + 2*o.roundTrip, Lease: client.LeaseConfig{TokensOnly: o.tokensOnly}})
 		if err != nil {
 			h.close()
