@@ -114,7 +114,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.envoyConfigDir, "envoy-config-dir", "", "directory of envoyproxy/ratelimit config files (its RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config), one domain per *.yaml as they are, added to the rules file's envoy section; reloaded on SIGHUP (ALLOT_ENVOY_CONFIG_DIR). Default: none")
 	fs.StringVar(&o.envoyListen, "envoy-listen", "", "also serve Envoy's rate limit service (and health) on this gRPC address of its own (ALLOT_ENVOY_LISTEN). Default: on --listen only")
 	fs.StringVar(&o.parent, "parent", "", "a parent allocator's gRPC address: rules of scope global are leased from it, and this allocator is a region (ALLOT_PARENT). Default: none, global rules are served as regional ones")
-	fs.StringVar(&o.region, "region", "", "this allocator's name at --parent, unique among its regions; with mTLS, what its certificate names (ALLOT_REGION)")
+	fs.StringVar(&o.region, "region", "", "this allocator's name at --parent, unique among the allocators under it (a region of two allocators names each: eu-a, eu-b); with mTLS, what its certificate names (ALLOT_REGION)")
 	fs.IntVar(&o.regions, "regions", 0, "how many regions share --parent, at least: a region cut off from its parent lends a global key it holds no lease on at limit/regions (it divides by the most the parent told it, if more) (ALLOT_REGIONS). Default: what the parent told it, else 1")
 	fs.StringVar(&o.parentTLSCert, "parent-tls-cert", "", "PEM client certificate chain: reach --parent over TLS with it; reloaded as --tls-reload says (ALLOT_PARENT_TLS_CERT). Default: plaintext")
 	fs.StringVar(&o.parentTLSKey, "parent-tls-key", "", "PEM private key of --parent-tls-cert (ALLOT_PARENT_TLS_KEY)")

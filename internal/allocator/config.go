@@ -66,7 +66,9 @@ type Config struct {
 	// Reloaded by ReloadCredentials. Needs ParentTLS. default: none
 	ParentTokenFile string
 	// Region is this allocator's name at its parent, its node id there:
-	// unique among the parent's regions, shared by a region's allocators.
+	// unique among the allocators under the parent: two under one name
+	// would share one holder's lease there and lend its tokens twice, so a
+	// region of several allocators names each.
 	// Required with Parent.
 	Region string
 	// Regions is how many regions share Parent, at least: what a region
