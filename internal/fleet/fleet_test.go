@@ -160,17 +160,7 @@ func newFleet(t *testing.T, s spec) *fleet {
 	// The nodes close together, then the child stops (closing).
 	t.Cleanup(func() {
 		closing.Go(func() {
-			var wg sync.WaitGroup
-			for _, sl := range f.slots {
-				wg.Go(func() {
-					sl.mu.Lock()
-					defer sl.mu.Unlock()
-					if sl.c != nil {
-						sl.c.Close()
-					}
-				})
-			}
-			wg.Wait()
+			f.closeNodes()
 			f.child.stop()
 		})
 	})
@@ -187,6 +177,22 @@ func newFleet(t *testing.T, s spec) *fleet {
 	}
 	f.gen = len(f.slots)
 	return f
+}
+
+// closeNodes closes the fleet's nodes together, each once no caller
+// decides on it.
+func (f *fleet) closeNodes() {
+	var wg sync.WaitGroup
+	for _, sl := range f.slots {
+		wg.Go(func() {
+			sl.mu.Lock()
+			defer sl.mu.Unlock()
+			if sl.c != nil {
+				sl.c.Close()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // newNode starts a node behind the slot's proxy. It knows the allocator

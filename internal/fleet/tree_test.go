@@ -61,17 +61,8 @@ func newTree(t *testing.T, s treeSpec) *tree {
 		}
 	}
 	t.Cleanup(func() {
+		tr.closeNodes()
 		var wg sync.WaitGroup
-		for _, sl := range tr.slots {
-			wg.Go(func() {
-				sl.mu.Lock()
-				defer sl.mu.Unlock()
-				if sl.c != nil {
-					sl.c.Close()
-				}
-			})
-		}
-		wg.Wait()
 		for _, c := range tr.regions {
 			wg.Go(c.stop)
 		}

@@ -214,6 +214,16 @@ func TestRequestsSayWhatTheOwnerStillUses(t *testing.T) {
 			return nil
 		}
 	}
+	next := func() { // decides every 25 ms until the key's next request is out
+		g.out = nil
+		for range 40 {
+			if len(g.out) > 0 {
+				break
+			}
+			g.decide("r", "k", 1)
+			g.to(g.now() - g.start + 25*time.Millisecond)
+		}
+	}
 	g.run([]step{
 		{name: "t0: two others hold the key; this node's grant tells it 3", at: 0, do: func(g *rig) {
 			g.acquireAs("a", "r", "k", 0, 0)
@@ -228,26 +238,12 @@ func TestRequestsSayWhatTheOwnerStillUses(t *testing.T) {
 		}},
 		{name: "t1: its owner says it still uses a half: the next request says 2", at: time.Millisecond, do: func(g *rig) {
 			k().SetUsing(2)
-			g.out = nil
-			for range 40 {
-				if len(g.out) > 0 {
-					break
-				}
-				g.decide("r", "k", 1)
-				g.to(g.now() - g.start + 25*time.Millisecond)
-			}
+			next()
 		}, want: says(2)},
 		{name: "t2: its owner says no more: the request says what it was told", at: 2 * time.Second, do: func(g *rig) {
 			g.answer()
 			k().SetUsing(0)
-			g.out = nil
-			for range 40 {
-				if len(g.out) > 0 {
-					break
-				}
-				g.decide("r", "k", 1)
-				g.to(g.now() - g.start + 25*time.Millisecond)
-			}
+			next()
 		}, want: func(g *rig) error {
 			if len(g.out) == 0 {
 				return fmt.Errorf("no request out")

@@ -152,18 +152,7 @@ func TestRegionCutFromItsParent(t *testing.T) {
 		link, c.Parent = p, p.Addr()
 	})
 	const perRegion = 2
-	var nodes []*client.Client
-	for r, addr := range tr.addrs {
-		for i := range perRegion {
-			c, err := client.New(client.Config{Allocators: []string{addr}, NodeID: fmt.Sprintf("node-%d-%d", r, i),
-				Nodes: len(tr.addrs) * perRegion, Registerer: prometheus.NewRegistry(), Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			nodes = append(nodes, c)
-		}
-	}
+	nodes := tr.nodes(t, perRegion)
 	const run, cutAt, cutFor = 4 * time.Second, time.Second, 2 * time.Second
 	start := time.Now()
 	admitted := make([][]time.Duration, len(nodes)*2) // per caller, two per node

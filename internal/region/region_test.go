@@ -96,6 +96,25 @@ func newTree(t *testing.T, regions int, configure ...func(*Config)) *tree {
 	return tr
 }
 
+// nodes starts perRegion SDK nodes in each region, each knowing the
+// tree's whole count of nodes, region r's in [r·perRegion, (r+1)·perRegion).
+func (tr *tree) nodes(t *testing.T, perRegion int) []*client.Client {
+	t.Helper()
+	var nodes []*client.Client
+	for r, addr := range tr.addrs {
+		for i := range perRegion {
+			c, err := client.New(client.Config{Allocators: []string{addr}, NodeID: fmt.Sprintf("node-%d-%d", r, i),
+				Nodes: len(tr.addrs) * perRegion, Registerer: prometheus.NewRegistry(), Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			nodes = append(nodes, c)
+		}
+	}
+	return nodes
+}
+
 // TestTreeStaysWithinTheBound: two regions of two nodes each, every node
 // offering about eight times the global rule's rate on one key, for three
 // seconds. Every window of the admissions over all four nodes stays within
@@ -116,19 +135,10 @@ func TestTreeStaysWithinTheBound(t *testing.T) {
 		}
 	}
 	const perRegion = 2
-	var nodes []*client.Client
+	nodes := tr.nodes(t, perRegion)
 	var regionOf []int
-	for r, addr := range tr.addrs {
-		for i := range perRegion {
-			c, err := client.New(client.Config{Allocators: []string{addr}, NodeID: fmt.Sprintf("node-%d-%d", r, i),
-				Nodes: len(tr.addrs) * perRegion, Registerer: prometheus.NewRegistry(), Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
-			nodes = append(nodes, c)
-			regionOf = append(regionOf, r)
-		}
+	for i := range nodes {
+		regionOf = append(regionOf, i/perRegion)
 	}
 
 	const run = 3 * time.Second
