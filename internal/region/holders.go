@@ -94,7 +94,7 @@ func (ls *lenders) get(id lenderID) *lender {
 // its reservation was last taken (rate/n a second from its lease's end,
 // for the rule's absence), so that no other node is lent it. What take
 // cannot give now is owed, and taken first at the next call.
-func (ls *lenders) reserve(id lenderID, now time.Duration, rate float64, take func(n int64) int64) {
+func (ls *lenders) reserve(id lenderID, now time.Duration, rate float64, take func(n int64, fresh float64) int64) {
 	ls.mu.Lock()
 	l := ls.m[id]
 	ls.mu.Unlock()
@@ -108,17 +108,38 @@ func (ls *lenders) reserve(id lenderID, now time.Duration, rate float64, take fu
 			continue
 		}
 		from, to := max(h.drained, h.until), min(now, h.until+l.absence)
+		fresh := 0.0
 		if to > from {
-			h.owed += rate / float64(max(h.n, 1)) * (to - from).Seconds()
+			fresh = rate / float64(max(h.n, 1)) * (to - from).Seconds()
+			h.owed += fresh
 			h.drained = to
 		}
 		if want := int64(h.owed); want > 0 {
-			if got := take(want); got > 0 {
+			if got := take(want, fresh); got > 0 {
 				h.covered += got
 				h.owed -= float64(got)
 			}
 		}
 	}
+}
+
+// anyAbsent reports whether a holder of the key is absent at now, within
+// its absence.
+func (ls *lenders) anyAbsent(id lenderID, now time.Duration) bool {
+	ls.mu.Lock()
+	l := ls.m[id]
+	ls.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range l.nodes {
+		if h.absent(now) && now < h.until+l.absence {
+			return true
+		}
+	}
+	return false
 }
 
 // cover sets what the node reports it admitted on its fallback against

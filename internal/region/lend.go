@@ -83,6 +83,7 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 		g.RetryAfter = retryAfter(r, req.Want-got)
 	}
 	s.sweep(now)
+	s.absent.watch(id, r, now+r.Lease.TTL)
 	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, r.Lease.Absence(), req.FallbackNodes, int64(parent),
 		func(holders int, fallbackNodes int64, used float64) store.Lease {
 			g.Holders, g.FallbackNodes = holders, fallbackNodes
@@ -103,12 +104,16 @@ func (s *Store) reserve(r *rules.Rule, key string, now time.Duration) {
 	if k == nil {
 		return
 	}
-	s.keys.reserve(lenderID{r.Base().Name, key}, now, r.Rate(), func(n int64) int64 {
-		got := k.TakeUpTo(n)
-		if got > 0 {
-			s.withheld.Add(got)
+	s.keys.reserve(lenderID{r.Base().Name, key}, now, r.Rate(), func(n int64, fresh float64) int64 {
+		got := max(k.TakeUpTo(n), 0)
+		s.withheld.Add(got)
+		if got < n && fresh >= 1 {
+			// The lease lacks it: what accrued since is the key's demand,
+			// so that the region asks the parent for it (what was owed
+			// before was counted when it accrued).
+			k.Refused(min(n-got, int64(fresh)))
 		}
-		return max(got, 0)
+		return got
 	})
 }
 

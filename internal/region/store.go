@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,7 +87,11 @@ type Store struct {
 	withheld    atomic.Int64 // tokens withheld for absent holders' fallbacks (holders.go)
 	refused     atomic.Bool  // the parent refused the region's credentials: not an outage
 	meter       meter
-	swept       atomic.Int64 // the region's monotonic clock at the last sweep of its lenders
+	absent      absentees     // keys whose holders may be absent (absent.go)
+	stop        chan struct{} // closes drainAbsent
+	closeOnce   sync.Once
+	drained     chan struct{} // closed by drainAbsent as it returns
+	swept       atomic.Int64  // the region's monotonic clock at the last sweep of its lenders
 	// lent, when set (tests), sees every grant's TTL beside how long the
 	// region's tokens still lived when they were taken.
 	lent func(ttl, live time.Duration)
@@ -151,6 +156,8 @@ func New(cfg Config) (*Store, error) {
 		lc.RoundTrip = s.rtts.Slowest
 	}
 	s.mgr = lease.NewManager(lc)
+	s.stop, s.drained = make(chan struct{}), make(chan struct{})
+	go s.drainAbsent(s.stop)
 	return s, nil
 }
 
@@ -300,6 +307,8 @@ func (s *Store) ParentDown() bool { return s.mgr.Down() }
 // seconds) and closes the connection to it; the region's own store is its
 // owner's to close.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.drained
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var errs []error
