@@ -426,7 +426,7 @@ func (r *report) regionsText() string {
 		"Per 1k admitted: counts from the end of the warm-up, over what was admitted since. " +
 		"Store calls: the allocators' calls to their stores (the samples of `allot_allocator_store_seconds`); a tree's are its parent's, since a region's own store serves no call of a global rule. " +
 		"Over the far link: for the tree, the calls the parent served (the regions' Acquire and Release); for the shared Redis, the commands Redis served from the three allocators " +
-		"(their scripts, and their background polls: overrides and key count every 100 ms, health every second), not those the scripts run inside it; " +
+		"(their scripts and connections' handshakes, and their background reads of the overrides and of the key count, each every 100 ms or so, paced by the round trip), not those the scripts run inside it; " +
 		"each is a round trip of " + c.regionsRTT.String() + " unless pipelined with others. " +
 		"Node calls: the nodes' Acquire and Release calls to their allocators, " + regionsNodeRTT.String() + " away.\n")
 	if notCounted {
@@ -474,8 +474,8 @@ func (r *report) regionsVerdicts(check func(ok bool, text string, args ...any)) 
 // plotRegions draws admitted/ideal per approach, a bar per load.
 func (r *report) plotRegions(path string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("One global limit over %d regions, %v from what they share", regionsCount, r.cfg.regionsRTT)
-	p.Y.Label.Text = "admitted / ideal"
+	p.Title.Text = fmt.Sprintf("One global limit over %d regions, %v from the parent or the shared Redis", regionsCount, r.cfg.regionsRTT)
+	p.Y.Label.Text = "admitted / ideal (1: one perfect limiter)"
 	p.Y.Min, p.Y.Max = 0, 1.25
 	var names []string
 	for _, ap := range regionsApproaches {
@@ -515,10 +515,6 @@ func (r *report) plotRegions(path string) error {
 		}
 		p.Legend.Add(regionsLoadLabels[ld]+" load", bars)
 	}
-	one, _ := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 1}, {X: float64(len(names)) - 0.5, Y: 1}})
-	one.Color, one.Dashes = palette[6], []vg.Length{vg.Points(4), vg.Points(3)}
-	p.Add(one)
-	p.Legend.Add("one perfect limiter", one)
 	p.NominalX(names...)
 	p.Legend.Top = true
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
