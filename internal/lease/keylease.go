@@ -27,6 +27,7 @@ type KeyLease struct {
 	holders   atomic.Int32  // the allocator's last count of the key's holders
 	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
 	usingN    atomic.Int32  // what its owner says its fallback may still use, as a divisor; 0: what it was told (SetUsing)
+	heldBelow atomic.Int64  // what its owner says others hold of what it lent them (SetHeldBelow)
 	liveUntil atomic.Int64  // the mono at which its oldest leased tokens die, any rule; 0: none (live.go)
 	notBefore atomic.Int64  // the mono before which no refill leaves
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
@@ -117,6 +118,14 @@ func (k *KeyLease) FallbackNodes() int { return int(k.fallbackN.Load()) }
 // that the allocator counts it at what it may use, not at what it was
 // last told (docs/bounds.md, rule 5). 0: what it was told.
 func (k *KeyLease) SetUsing(n int) { k.usingN.Store(int32(min(max(n, 0), math.MaxInt32))) }
+
+// SetHeldBelow says that n tokens the key's owner lent on out of its
+// lease are still held unspent below it (a region's nodes): its requests
+// say them held beside its own, so that the allocator's bucket refills
+// only the room they leave (docs/bounds.md, rule 6), and say that it has
+// held no more than that only from the request on (the owner does not
+// know when they were spent).
+func (k *KeyLease) SetHeldBelow(n int64) { k.heldBelow.Store(max(n, 0)) }
 
 // saysFallbackNodes is what the key's requests say its fallback divides
 // by: what it was told, or what its owner says it still uses, if fewer.

@@ -57,6 +57,10 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 		}
 		k.req.spentAt = now
 		f.held = max(k.tokens.Load(), fullAt) + f.returned
+		if below := k.heldBelow.Load(); below > 0 {
+			f.held += below
+			f.heldFor = 0
+		}
 		if mutate.On(mutate.ReturnGrant) && k.req.sent {
 			f.returned = k.est.size // (a node giving back what it spent; it says what it holds)
 		}

@@ -45,6 +45,7 @@ type holder struct {
 	seq   int64         // of its last request answered
 	last  store.Lease   // that answer
 	n     int64         // what its fallback divides the rule by, at least, until its next request
+	held  int64         // what it said it held at its last request, and what that request was lent
 
 	// A holder whose lease here ended without its asking again is absent,
 	// for the rule's absence: cut off from the region, its fallback admits
@@ -192,8 +193,8 @@ func (ls *lenders) replay(id lenderID, node string, seq int64) (store.Lease, boo
 // 1/parent; said is what the node said it divides by, 0 if it did not),
 // and records the answer answer makes of the key's holders, it among
 // them, that count, and the parts of the rule their fallbacks may use in
-// all.
-func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence time.Duration, said, parent int64,
+// all; held is what the node said it holds.
+func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence time.Duration, said, parent, held int64,
 	answer func(holders int, fallbackNodes int64, used float64) store.Lease) store.Lease {
 	for {
 		l := ls.get(id)
@@ -231,11 +232,33 @@ func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence
 		if said > 0 {
 			h.n = min(told, said)
 		}
+		h.held = held
 		g := answer(len(l.nodes), told, taken+1/float64(max(h.n, 1)))
+		h.held += g.Granted
 		h.seq, h.last = seq, g
 		l.mu.Unlock()
 		return g
 	}
+}
+
+// heldBelow is what the key's present holders hold of what the region
+// lent them, as they last said, with what it lent them since.
+func (ls *lenders) heldBelow(id lenderID, now time.Duration) int64 {
+	ls.mu.Lock()
+	l := ls.m[id]
+	ls.mu.Unlock()
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for _, h := range l.nodes {
+		if !h.absent(now) {
+			n += h.held
+		}
+	}
+	return n
 }
 
 // usingNodes is what a region whose nodes' fallbacks may use parts

@@ -84,7 +84,18 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 	}
 	s.sweep(now)
 	s.absent.watch(id, r, now+r.Lease.TTL)
-	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, r.Lease.Absence(), req.FallbackNodes, int64(parent),
+	held := int64(0) // (a node that does not say what it holds is taken to hold what it is lent now)
+	if req.HeldKnown {
+		held = max(req.Held, 0)
+	}
+	defer func() {
+		if k != nil {
+			// What its nodes hold of what it lent them is told to the
+			// parent with the region's own (rule 6 across the tree).
+			k.SetHeldBelow(s.keys.heldBelow(id, now))
+		}
+	}()
+	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, r.Lease.Absence(), req.FallbackNodes, int64(parent), held,
 		func(holders int, fallbackNodes int64, used float64) store.Lease {
 			g.Holders, g.FallbackNodes = holders, fallbackNodes
 			if k != nil {

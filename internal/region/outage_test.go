@@ -460,3 +460,50 @@ func TestNodeCutWhereNoOtherAsks(t *testing.T) {
 		t.Errorf("the cut node admitted nothing on its fallback")
 	}
 }
+
+// TestRegionTellsWhatItsNodesHold: a node lent most of a global key's
+// burst holds it through a quiet spell while the parent's bucket refills.
+// The region tells the parent what its nodes hold of what it lent them,
+// beside its own tokens, so the parent's bucket refills only the room
+// their tokens leave (rule 6 across the tree): a node of another region
+// is then lent no more than the burst those tokens leave, and the calm
+// second stays within b + 1.1·r.
+func TestRegionTellsWhatItsNodesHold(t *testing.T) {
+	tr := newTree(t, 2)
+	calm, _ := tr.set.Get("calm")
+	ask := func(st store.Store, node string, want, held int64) store.Lease {
+		t.Helper()
+		got, err := st.Acquire(context.Background(), []store.AcquireRequest{{Rule: calm, Key: "k", Node: node, Want: want, Held: held, HeldKnown: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+	// Node a of region 0 is lent 900 of the burst of 1,000; its region's
+	// first lease may take a round trip or two.
+	var a int64
+	for deadline := time.Now().Add(5 * time.Second); a < 900 && time.Now().Before(deadline); {
+		a += ask(tr.regions[0], "a", 900-a, a).Granted
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a < 900 {
+		t.Fatalf("node a was lent %d of the burst, want 900", a)
+	}
+	// It keeps them, unspent, and says so, while its region renews and the
+	// parent's bucket has time to refill to its burst (5 s at 200/s).
+	for range 25 {
+		ask(tr.regions[0], "a", 0, 900)
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Node b of region 1 asks for the whole burst.
+	var b int64
+	for range 5 {
+		b += ask(tr.regions[1], "b", 1000-b, b).Granted
+		time.Sleep(50 * time.Millisecond)
+	}
+	bound := float64(calm.Burst) + 1.1*calm.Rate()
+	t.Logf("node a holds %d; node b was lent %d; both spent in one second: %d (b + 1.1·r %.0f)", a, b, a+b, bound)
+	if float64(a+b) > bound {
+		t.Errorf("node a's %d and node b's %d may be spent in one second: %d, above b + 1.1·r = %.0f", a, b, a+b, bound)
+	}
+}

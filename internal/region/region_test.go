@@ -34,6 +34,13 @@ rules:
     burst: 100
     scope: global
     lease: { ttl: 1s, refresh: 100ms }
+  - name: calm
+    algorithm: token_bucket
+    limit: 200
+    period: 1s
+    burst: 1000
+    scope: global
+    lease: { ttl: 10s, refresh: 1s }
   - name: local
     algorithm: token_bucket
     limit: 50
