@@ -1,0 +1,102 @@
+package region
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/allot-dev/allot/internal/store"
+)
+
+// TestRegionSaysWhatItsNodesStillUse: a region whose node was told the
+// whole rule (the region alone at the parent) keeps saying so to the
+// parent after a second region arrives and the parent tells the first a
+// half, until that node has asked again: the parent counts the first
+// region at what its node's fallback may still admit, and tells the
+// newcomer that nothing is left (docs/bounds.md, rule 5), never a half
+// beside the node's whole.
+func TestRegionSaysWhatItsNodesStillUse(t *testing.T) {
+	tr := newTree(t, 1)
+	g, _ := tr.set.Get("g")
+	rs := tr.regions[0]
+	ask := func(st store.Store, node string, want int64) store.Lease {
+		t.Helper()
+		got, err := st.Acquire(context.Background(), []store.AcquireRequest{{Rule: g, Key: "k", Node: node, Want: want}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+	if l := ask(rs, "n1", 10); l.FallbackNodes != 1 || l.Granted == 0 {
+		t.Fatalf("the first node of the only region: told %d, lent %d; want the whole rule (1) and tokens", l.FallbackNodes, l.Granted)
+	}
+	var regionTold, newcomer []int64
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		// Another node of the region keeps the key busy, so that the region
+		// renews at the parent every refresh; n1 does not ask again.
+		ask(rs, "n2", 10)
+		if k := rs.keyLease(g, "k"); k != nil {
+			regionTold = append(regionTold, int64(k.FallbackNodes()))
+		}
+		newcomer = append(newcomer, ask(tr.parent, "region-new", 0).FallbackNodes)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the region was told %v; the newcomer %v", slices.Compact(slices.Clone(regionTold)), slices.Compact(slices.Clone(newcomer)))
+	if slices.Max(regionTold) < 2 {
+		t.Fatalf("the parent never told the first region less than the whole rule beside the newcomer: %v", regionTold)
+	}
+	for _, n := range newcomer {
+		if n < maxFallbackNodes {
+			t.Fatalf("the newcomer was told to divide by %d while the first region's node may still admit the whole rule: want none (2^31-1)", n)
+		}
+	}
+}
+
+// TestRegionTellsWhatItsNodesHold: a node lent most of a global key's
+// burst holds it through a quiet spell while the parent's bucket refills.
+// The region tells the parent what its nodes hold of what it lent them,
+// beside its own tokens, so the parent's bucket refills only the room
+// their tokens leave (rule 6 across the tree): a node of another region
+// is then lent no more than the burst those tokens leave, and the calm
+// second stays within b + 1.1·r.
+func TestRegionTellsWhatItsNodesHold(t *testing.T) {
+	tr := newTree(t, 2)
+	calm, _ := tr.set.Get("calm")
+	ask := func(st store.Store, node string, want, held int64) store.Lease {
+		t.Helper()
+		got, err := st.Acquire(context.Background(), []store.AcquireRequest{{Rule: calm, Key: "k", Node: node, Want: want, Held: held, HeldKnown: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+	// Node a of region 0 is lent 900 of the burst of 1,000; its region's
+	// first lease may take a round trip or two.
+	var a int64
+	for deadline := time.Now().Add(5 * time.Second); a < 900 && time.Now().Before(deadline); {
+		a += ask(tr.regions[0], "a", 900-a, a).Granted
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a < 900 {
+		t.Fatalf("node a was lent %d of the burst, want 900", a)
+	}
+	// It keeps them, unspent, and says so, while its region renews and the
+	// parent's bucket has time to refill to its burst (5 s at 200/s).
+	for range 25 {
+		ask(tr.regions[0], "a", 0, 900)
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Node b of region 1 asks for the whole burst.
+	var b int64
+	for range 5 {
+		b += ask(tr.regions[1], "b", 1000-b, b).Granted
+		time.Sleep(50 * time.Millisecond)
+	}
+	bound := float64(calm.Burst) + 1.1*calm.Rate()
+	t.Logf("node a holds %d; node b was lent %d; both spent in one second: %d (b + 1.1·r %.0f)", a, b, a+b, bound)
+	if float64(a+b) > bound {
+		t.Errorf("node a's %d and node b's %d may be spent in one second: %d, above b + 1.1·r = %.0f", a, b, a+b, bound)
+	}
+}
