@@ -129,12 +129,17 @@ func (k *KeyLease) idleAfter() time.Duration {
 
 // idle reports whether the key should leave: its rule is gone (nothing can
 // be reported or returned for it any more), or it has had no demand for
-// idleAfter and has nothing in flight or unreported.
+// idleAfter and has nothing in flight or unreported. A key whose owner's
+// holders still hold what it lent them (SetHeldBelow) stays: leaving, it
+// would end its holding at the store, whose bucket would then refill the
+// room those tokens still fill (a region's node holding 900 of a burst of
+// 1,000 through a quiet spell, and a node of another region lent 322
+// beside it when the region left the key).
 func (k *KeyLease) idle(now mono) bool {
 	if k.table.gone.Load() {
 		return k.req.inFlight == nil
 	}
-	if k.req.inFlight != nil || k.req.unacked != nil || k.is(bitQueued) || k.owes() {
+	if k.req.inFlight != nil || k.req.unacked != nil || k.is(bitQueued) || k.owes() || k.heldBelow.Load() > 0 {
 		return false
 	}
 	return now.Sub(k.est.lastActive) >= k.idleAfter()

@@ -124,7 +124,7 @@ func (k *KeyLease) SetUsing(n int) { k.usingN.Store(int32(min(max(n, 0), math.Ma
 // say them held beside its own, so that the allocator's bucket refills
 // only the room they leave (docs/bounds.md, rule 6), and say that it has
 // held no more than that only from the request on (the owner does not
-// know when they were spent).
+// know when they were spent). The key does not leave while they are held.
 func (k *KeyLease) SetHeldBelow(n int64) { k.heldBelow.Store(max(n, 0)) }
 
 // saysFallbackNodes is what the key's requests say its fallback divides

@@ -91,6 +91,11 @@ func (s *Store) drainAbsent(stop <-chan struct{}) {
 		now := s.clk.Mono()
 		for id, r := range s.absent.take(now) {
 			s.reserve(r, id.key, now)
+			if k := s.keyLease(r, id.key); k != nil {
+				// The absent holder's tokens have died with its lease: the
+				// key no longer says them to the parent, and may leave.
+				k.SetHeldBelow(s.keys.heldBelow(id, now))
+			}
 			if !s.keys.anyAbsent(id, now) {
 				s.absent.done(id)
 			}
