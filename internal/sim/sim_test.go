@@ -68,6 +68,10 @@ var regressions = []uint64{
 	// A node above its slot share, after a reload lowered the limit, had
 	// the slots it gave up back with each renewal's answer.
 	3127, 7844, 10523, 10638, 11440, 14466, 15872, 16216, 16412, 17402, 20677, 22776, 23112,
+	// Judged too strictly: a fallback admission moved the store's kept
+	// window to one the store, cut off, never decided in, before its clock
+	// stepped back.
+	44553,
 }
 
 // TestSeeds runs the simulator over many seeds: every bound must hold in

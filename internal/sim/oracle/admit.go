@@ -86,13 +86,19 @@ func (o *Oracle) admit(at, storeAt time.Duration, node int, rule, key string, co
 	vlo := ks.rs.lookback(at)
 	if v.Algorithm == FixedWindow || v.Algorithm == SlidingWindow {
 		// The store never goes back in its windows: a clock stepped back
-		// keeps its later window and decides at its start. (A log is
-		// judged on the raw clock: its decisions reach the oracle out of
-		// the store's order, a round trip late; stepped back, it keeps its
-		// entries, and a period the step spans is held to twice its limit:
-		// see admitLog.)
+		// keeps the later window it decided in and decides at its start.
+		// Only what the store decided moves that window on: a fallback
+		// admission's instant on the store's clock is one the store may
+		// never have seen (cut off from the allocator through a window
+		// that its clock, stepped back, then counts again from an earlier
+		// one; seed 44553). (A log is judged on the raw clock: its
+		// decisions reach the oracle out of the store's order, a round trip
+		// late; stepped back, it keeps its entries, and a period the step
+		// spans is held to twice its limit: see admitLog.)
 		storeAt = max(storeAt, ks.storeMax)
-		ks.storeMax = storeAt
+		if mode != Fallback {
+			ks.storeMax = storeAt
+		}
 	}
 	switch v.Algorithm {
 	case TokenBucket:
