@@ -59,6 +59,25 @@ type holder struct {
 	drained time.Duration
 	owed    float64
 	covered int64
+
+	// A holder back from its fallback (its request said on_fallback) goes
+	// on admitting there until the answer reaches it: its reservation is
+	// kept from backFrom, at its part before the request (backN), until
+	// its next request, as the store keeps a returning holder's (markBack).
+	backFrom time.Duration
+	backN    int64
+}
+
+// holding is what one node's request on a key tells the region's count of
+// its holders.
+type holding struct {
+	node           string
+	seq            int64
+	now, until     time.Duration // the region's clock: the request's arrival, its lease's end here
+	absence        time.Duration // the rule's
+	said, parent   int64         // what the node said its fallback divides by (0: nothing), and the parent's count for the region
+	held           int64         // what the node said it holds
+	fromOnFallback bool          // the request said it left on the node's fallback
 }
 
 // absent reports whether the holder's lease here has ended at now.
@@ -93,8 +112,9 @@ func (ls *lenders) get(id lenderID) *lender {
 // reserve takes out of the region's lease on the key, through take, the
 // part of the rule each absent holder's fallback may have admitted since
 // its reservation was last taken (rate/n a second from its lease's end,
-// for the rule's absence), so that no other node is lent it. What take
-// cannot give now is owed, and taken first at the next call.
+// for the rule's absence; and for a holder back from its fallback, from
+// its return until its next request), so that no other node is lent it.
+// What take cannot give now is owed, and taken first at the next call.
 func (ls *lenders) reserve(id lenderID, now time.Duration, rate float64, take func(n int64, fresh float64) int64) {
 	ls.mu.Lock()
 	l := ls.m[id]
@@ -105,13 +125,19 @@ func (ls *lenders) reserve(id lenderID, now time.Duration, rate float64, take fu
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, h := range l.nodes {
-		if !h.absent(now) {
+		var from, to time.Duration
+		n := h.n
+		switch {
+		case h.backFrom > 0: // (also once its lease here ends before it asks again)
+			from, to, n = max(h.drained, h.backFrom), min(now, h.until+l.absence), h.backN
+		case h.absent(now):
+			from, to = max(h.drained, h.until), min(now, h.until+l.absence)
+		default:
 			continue
 		}
-		from, to := max(h.drained, h.until), min(now, h.until+l.absence)
 		fresh := 0.0
 		if to > from {
-			fresh = rate / float64(max(h.n, 1)) * (to - from).Seconds()
+			fresh = rate / float64(max(n, 1)) * (to - from).Seconds()
 			h.owed += fresh
 			h.drained = to
 		}
@@ -188,14 +214,13 @@ func (ls *lenders) replay(id lenderID, node string, seq int64) (store.Lease, boo
 	return store.Lease{}, false
 }
 
-// hold counts the node a holder of the key until until, at now, tells it
-// what its fallback divides the rule by (the region's part being
-// 1/parent; said is what the node said it divides by, 0 if it did not),
-// and records the answer answer makes of the key's holders, it among
-// them, that count, and the parts of the rule their fallbacks may use in
-// all; held is what the node said it holds.
-func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence time.Duration, said, parent, held int64,
-	answer func(holders int, fallbackNodes int64, used float64) store.Lease) store.Lease {
+// hold counts the request's node a holder of the key until its lease here
+// ends, tells it what its fallback divides the rule by (the region's part
+// being 1/parent), and records the answer answer makes of the key's
+// holders, it among them, that count, and the parts of the rule their
+// fallbacks may use in all.
+func (ls *lenders) hold(id lenderID, q holding, answer func(holders int, fallbackNodes int64, used float64) store.Lease) store.Lease {
+	now, said := q.now, q.said
 	for {
 		l := ls.get(id)
 		l.mu.Lock()
@@ -203,13 +228,21 @@ func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence
 			l.mu.Unlock()
 			continue
 		}
-		l.absence = absence
-		h := l.nodes[node]
+		l.absence = q.absence
+		h := l.nodes[q.node]
 		if h == nil {
 			h = &holder{}
-			l.nodes[node] = h
+			l.nodes[q.node] = h
 		}
-		h.until = max(h.until, until)
+		switch {
+		case q.fromOnFallback && (h.absent(now) || h.backFrom > 0):
+			// Back, it admits on its fallback until this answer arrives:
+			// its reservation goes on at the part it had.
+			h.backFrom, h.backN, h.drained = now, max(h.n, 1), now
+		case !q.fromOnFallback:
+			h.backFrom = 0
+		}
+		h.until = max(h.until, q.until)
 		h.owed = 0 // (back: what its reservation had not taken is not needed)
 		var parts []float64
 		for n, o := range l.nodes {
@@ -227,15 +260,15 @@ func (ls *lenders) hold(id lenderID, node string, seq int64, now, until, absence
 		for _, p := range parts {
 			taken += p
 		}
-		told := fallbackNodes(len(l.nodes), max(parent, 1), taken)
+		told := fallbackNodes(len(l.nodes), max(q.parent, 1), taken)
 		h.n = told
 		if said > 0 {
 			h.n = min(told, said)
 		}
-		h.held = held
+		h.held = q.held
 		g := answer(len(l.nodes), told, taken+1/float64(max(h.n, 1)))
 		h.held += g.Granted
-		h.seq, h.last = seq, g
+		h.seq, h.last = q.seq, g
 		l.mu.Unlock()
 		return g
 	}

@@ -95,7 +95,9 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 			k.SetHeldBelow(s.keys.heldBelow(id, now))
 		}
 	}()
-	return s.keys.hold(id, req.Node, req.Seq, now, now+r.Lease.TTL, r.Lease.Absence(), req.FallbackNodes, int64(parent), held,
+	q := holding{node: req.Node, seq: req.Seq, now: now, until: now + r.Lease.TTL, absence: r.Lease.Absence(),
+		said: req.FallbackNodes, parent: int64(parent), held: held, fromOnFallback: req.OnFallback}
+	return s.keys.hold(id, q,
 		func(holders int, fallbackNodes int64, used float64) store.Lease {
 			g.Holders, g.FallbackNodes = holders, fallbackNodes
 			if k != nil {
