@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"path"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -40,6 +41,69 @@ type adminFleet struct {
 	alloc  *allocator.Allocator
 	served chan error
 	nodes  []*client.Client
+	calls  []*callLog // each node's calls to the allocator
+}
+
+// callLog records a node's calls to the allocator: what it asked when,
+// and the rules version each Acquire answer carried.
+type callLog struct {
+	mu    sync.Mutex
+	calls []call
+}
+
+type call struct {
+	method     string
+	sent, done time.Time
+	version    string // an Acquire answer's rules version
+}
+
+func (l *callLog) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c := call{method: path.Base(method), sent: time.Now()}
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	c.done = time.Now()
+	if r, ok := reply.(*allotv1.AcquireResponse); ok && err == nil {
+		c.version = r.GetRulesVersion()
+	}
+	l.mu.Lock()
+	l.calls = append(l.calls, c)
+	l.mu.Unlock()
+	return err
+}
+
+func (l *callLog) snapshot() []call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
+// learnedFrom checks, in node i's calls, how it came to the rules version
+// v set at set: the first Acquire it sent after the set's answer carries
+// v, and it fetches the rules once an answer has brought v.
+func learnedFrom(t *testing.T, i int, calls []call, set time.Time, v string) {
+	t.Helper()
+	var learned time.Time
+	for _, c := range calls {
+		if c.method != "Acquire" || c.version == "" {
+			continue
+		}
+		if c.sent.After(set) && c.version != v && learned.IsZero() {
+			t.Errorf("node %d: an Acquire sent %v after the override was set was answered with rules version %s, want %s",
+				i, c.sent.Sub(set), c.version, v)
+		}
+		if c.version == v && (learned.IsZero() || c.done.Before(learned)) {
+			learned = c.done
+		}
+	}
+	if learned.IsZero() {
+		t.Errorf("node %d: no Acquire answer brought rules version %s", i, v)
+		return
+	}
+	for _, c := range calls {
+		if c.method == "GetRules" && !c.sent.Before(learned) {
+			return
+		}
+	}
+	t.Errorf("node %d: never fetched the rules after an Acquire answer brought version %s", i, v)
 }
 
 func newAdminFleet(t *testing.T, nodes int) *adminFleet {
@@ -57,13 +121,15 @@ func newAdminFleet(t *testing.T, nodes int) *adminFleet {
 	f.cfg.Listen = f.alloc.Addr() // a restart comes back where the nodes dial
 	t.Cleanup(f.stop)
 	for i := range nodes {
+		log := &callLog{}
 		n, err := client.New(client.Config{Allocators: []string{f.cfg.Listen}, NodeID: fmt.Sprintf("node-%d", i), Nodes: nodes,
-			TLS: &tls.Config{RootCAs: p.ca.Pool()}, Token: fleetToken, Registerer: prometheus.NewRegistry()})
+			TLS: &tls.Config{RootCAs: p.ca.Pool()}, Token: fleetToken, Registerer: prometheus.NewRegistry(),
+			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(log.intercept)}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { n.Close() })
-		f.nodes = append(f.nodes, n)
+		f.nodes, f.calls = append(f.nodes, n), append(f.calls, log)
 	}
 	return f
 }
@@ -165,6 +231,7 @@ func TestAdminOverrideReachesEightNodesAndSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	setDone := time.Now()
 	waitUntil(t, 5*time.Second, seen.done, "every node to decide by the override")
 	const refresh = 100 * time.Millisecond
 	var worst time.Duration
@@ -177,16 +244,18 @@ func TestAdminOverrideReachesEightNodesAndSurvivesRestart(t *testing.T) {
 	}
 	t.Logf("every node applied the override within %v (%.2f lease refreshes of %v); per node, in refreshes: %v",
 		worst.Round(time.Millisecond), worst.Seconds()/refresh.Seconds(), refresh, after)
-	// A node learns the new rules version from its key's next request,
+	// A node learns the new rules version from its key's next lease call,
 	// which the lease sends within a refresh of the last (renewals drawn
 	// over 0.8-1 refresh, a short key's retries within its wait), then
-	// fetches the rules (one GetRules round trip); the override applies
-	// from its next decision, at most 5 ms later here: 0.95-1.11 refresh
-	// on a quiet box. Beyond the refresh, the bound leaves a loaded one
-	// (the race detector, two cores, other packages' tests: 1.56-1.65
-	// measured) a refresh for those round trips.
-	if worst > 2*refresh {
-		t.Errorf("the last node applied the override %v after it was set, more than a refresh (%v) and the round trips that bring it", worst, refresh)
+	// fetches the rules (one GetRules round trip) and applies the override
+	// from its next decision: 0.95-1.11 refresh on a quiet machine. How
+	// long those steps take is the machine's (the race detector and other
+	// packages' tests beside it stretched one node to 4.9 refreshes), so
+	// the figure is reported, and what is the fleet's is checked in each
+	// node's calls: every Acquire sent after the set is answered with the
+	// new version, and the node fetches the rules once one has brought it.
+	for i, l := range f.calls {
+		learnedFrom(t, i, l.snapshot(), setDone, set.RulesVersion)
 	}
 
 	version := set.RulesVersion
