@@ -18,7 +18,29 @@ var (
 	oneSeed  = flag.Uint64("seed", 0, "run only this seed, and print its account")
 	traceLen = flag.Int("trace", 200, "how many of a failing run's last events its account prints")
 	putBack  = flag.Uint("mutant", 0, "put back this internal/mutate fault (its bit) in TestSeeds' runs, to compare")
+	kindsOf  = flag.Bool("kinds", false, "TestKinds: count what the seeds of -seeds and -from exercise, without running them")
 )
+
+// TestKinds counts what the seeds -from to -from + -seeds exercise (the
+// coverage line TestSeeds prints), without running them: a sweep's
+// coverage, told apart from its runs.
+func TestKinds(t *testing.T) {
+	if !*kindsOf {
+		t.Skip("-kinds counts a sweep's coverage")
+	}
+	coverage := map[string]int{}
+	for s := *fromSeed; s < *fromSeed+uint64(*seeds); s++ {
+		for _, k := range NewScenario(s).Kinds() {
+			coverage[k]++
+		}
+	}
+	var kinds []string
+	for k, n := range coverage {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+	}
+	slices.Sort(kinds)
+	t.Logf("seeds %d-%d exercise: %s", *fromSeed, *fromSeed+uint64(*seeds)-1, strings.Join(kinds, " "))
+}
 
 // regressions are seeds beyond make test's range that once broke a bound
 // and were fixed; they run every time.
