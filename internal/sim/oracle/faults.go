@@ -117,10 +117,11 @@ type storeStep struct {
 // after) + L] touches is held to twice its limit whichever way the clock
 // went.
 //
-// Further: a node that has not heard from the allocator since the step
-// (misplaced) counts its windows off by the step for as long, so every
-// window that such a node's fallback admits in is held to twice its limit,
-// the node's own fallback count to twice its part; and a step back of d
+// Further: a node that has not received a window rule's grant since the
+// step (misplaced: a token bucket's grant names no window of the store's)
+// counts its windows off by the step for as long, so every window that
+// such a node's fallback admits in is held to twice its limit, the node's
+// own fallback count to twice its part; and a step back of d
 // stretches the store's window it lands in to P + d of true time (the
 // store keeps its later window until its clock is back there), over which
 // such a node counts 1 + ⌈d/P⌉ windows of its own: (1 + ⌈d/P⌉) times the
@@ -155,8 +156,8 @@ func (o *Oracle) stepSpans(from, to time.Duration) bool {
 }
 
 // misplaced says whether node, admitting on its fallback at at on a window
-// rule of period p, counts its windows off: it has not heard from the
-// allocator since a step of the store's clock before at settled. A step
+// rule of period p, counts its windows off: no window rule's grant has
+// reached it since a step of the store's clock before at settled. A step
 // forward settles at once; one back when the store's clock is back at the
 // end of the window it kept (until then its grants name that window while
 // its clock reads earlier, and teach the node windows off by the gap). It

@@ -30,8 +30,10 @@ type Config struct {
 // usage violation and is not judged.
 type Oracle struct {
 	forward []storeStep // the store clock's steps forward
-	// heard is when each node last received a grant: a node cut off since
-	// before a store clock step counts its fallback in misplaced windows.
+	// heard is when each node last received a window rule's grant: a node
+	// cut off since before a store clock step counts its fallback in
+	// misplaced windows. (A token bucket's grant names no window: the node
+	// learns nothing of the store's clock from it; seed 52685.)
 	heard   map[int]time.Duration
 	fleet   int // the world's fleet: the calm second's rounding term
 	cfg     Config
@@ -225,10 +227,12 @@ func (o *Oracle) Granted(at, sentAt time.Duration, node int, rule, key string, t
 		return
 	}
 	o.checked.Granted++
-	if o.heard == nil {
-		o.heard = make(map[int]time.Duration)
+	if ks.rs.cur().Algorithm != TokenBucket {
+		if o.heard == nil {
+			o.heard = make(map[int]time.Duration)
+		}
+		o.heard[node] = at
 	}
-	o.heard[node] = at
 	ks.node(node).grant(at, sentAt, tokens, rate, ttl)
 	ks.trace.push(traceEv{kind: evGranted, node: node, n: tokens, at: at, store: sentAt, ttl: ttl, rate: rate})
 }

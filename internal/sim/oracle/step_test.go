@@ -120,3 +120,28 @@ func TestStoreClockStepBackSettlesAtTheKeptWindowsEnd(t *testing.T) {
 			want: []want{{inv: InvWindow, node: -1, from: 9 * time.Second, to: 10 * time.Second, store: true, measured: 6, bound: 5}}},
 	})
 }
+
+// Only a window rule's grant tells a node where the store's windows lie (it
+// names its window; a token bucket's names no instant of the store's
+// clock): a node whose last window grant was from before a step counts its
+// fallback in windows off by it, whatever token bucket grants reached it
+// since (seed 52685: a bucket's grant 88 ms after a 2.972 s step forward,
+// then a cut of 12.9 s; the node's windows began 28 ms before the store's,
+// and it spent its part of 6 in each of two of its own that one store
+// window of 20 overlapped: 21).
+func TestStoreClockStepMisplacesUntilAWindowGrant(t *testing.T) {
+	w := window(FixedWindow, 5, time.Second)
+	const far = 9500 * ms
+	heard := func(rule string) []ev {
+		return []ev{faulty(0, 20*time.Second), setRule(0, w),
+			func(o *Oracle) { b := bucket(time.Second); b.Name = "b"; o.SetRule(0, b) },
+			grant(0, 0, 1, 1, 0, time.Second), grant(0, 0, 2, 1, 0, time.Second), step(500*ms, 500*ms, 1200*ms),
+			func(o *Oracle) { o.Granted(2*time.Second, 2*time.Second, 2, rule, "k", 1, 0, time.Second) },
+			manyS(far, far, 1, 5, Lease), manyS(far, far, 2, 3, Fallback)}
+	}
+	runCases(t, []tcase{
+		{name: "a token bucket's grant since: misplaced still", evs: heard("b")},
+		{name: "a window's grant since: not", evs: heard("r"),
+			want: []want{{inv: InvWindow, node: -1, from: 9 * time.Second, to: 10 * time.Second, store: true, measured: 6, bound: 5}}},
+	})
+}
