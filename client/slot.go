@@ -213,7 +213,7 @@ func (t slotTransport) Acquire(ctx context.Context, reqs []slots.Request) ([]slo
 	pr := &allotv1.AcquireRequest{NodeId: t.c.cfg.NodeID, Requests: make([]*allotv1.LeaseRequest, len(reqs))}
 	for i, r := range reqs {
 		kept := r.Kept
-		pr.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, SlotsKept: &kept}
+		pr.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, SlotsKept: &kept, Seq: uint64(r.Seq)}
 	}
 	resp, err := t.c.api.Acquire(ctx, pr, grpc.WaitForReady(t.c.slots.Down()))
 	if err != nil {

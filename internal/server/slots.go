@@ -12,7 +12,7 @@ import (
 
 // slotRequest turns a lease request on a concurrency rule into the
 // store's: want is the slots the node would hold, slots_kept what it keeps
-// of those it holds (store/core_concurrency.go). The token fields mean
+// of those it holds, seq its number (store/core_concurrency.go). The token fields mean
 // nothing there, and a request that sets one is refused, so that a node
 // that took the rule for a token rule learns it at once.
 func (s *Server) slotRequest(field string, r *rules.Rule, lr *allotv1.LeaseRequest, node string, seen map[ruleKey]int, i int) (store.AcquireRequest, error) {
@@ -30,6 +30,9 @@ func (s *Server) slotRequest(field string, r *rules.Rule, lr *allotv1.LeaseReque
 	if err := s.limits.checkTokens(field+".slots_kept", lr.GetSlotsKept()); err != nil {
 		return store.AcquireRequest{}, err
 	}
+	if lr.GetSeq() >= 1<<53 {
+		return store.AcquireRequest{}, grpcerr.Invalid(field+".seq", "must be below 2^53, got %d", lr.GetSeq())
+	}
 	k := ruleKey{r.Name, lr.GetKey()}
 	if j, dup := seen[k]; dup {
 		return store.AcquireRequest{}, grpcerr.Invalid(field, "repeats the rule and key of requests[%d]", j)
@@ -37,5 +40,5 @@ func (s *Server) slotRequest(field string, r *rules.Rule, lr *allotv1.LeaseReque
 	seen[k] = i
 	// A want above the rule's (an older rule set) is a cap, not an error.
 	return store.AcquireRequest{Rule: r, Key: lr.GetKey(), Node: node, Want: min(lr.GetWant(), r.Lease.Max),
-		SlotsKept: lr.GetSlotsKept()}, nil
+		SlotsKept: lr.GetSlotsKept(), Seq: int64(lr.GetSeq())}, nil
 }

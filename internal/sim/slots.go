@@ -105,7 +105,7 @@ func (n *node) slotSend(c *slots.Call) {
 	pr := &allotv1.AcquireRequest{NodeId: n.id, Requests: make([]*allotv1.LeaseRequest, len(c.Requests))}
 	for i, r := range c.Requests {
 		kept := r.Kept
-		pr.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, SlotsKept: &kept}
+		pr.Requests[i] = &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, SlotsKept: &kept, Seq: uint64(r.Seq)}
 	}
 	w.net.send(n.i, func() {
 		resp, err := w.alloc.acquire(pr)

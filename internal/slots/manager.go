@@ -13,11 +13,18 @@ import (
 )
 
 // Request asks for slots of one key: Want in all, keeping Kept of those
-// held (allotv1.LeaseRequest's want and slots_kept). A release gives back
-// every slot of the key.
+// held (allotv1.LeaseRequest's want and slots_kept), numbered Seq. A
+// release gives back every slot of the key.
 type Request struct {
 	Rule, Key  string
 	Want, Kept int64
+	// Seq numbers the key's requests, each above the one before (the
+	// store applies none at or below one it applied: a duplicate, or a
+	// request that came after the next; store/core_concurrency.go). It is
+	// the node's wall clock in µs, or one more than the last if that is
+	// not more, so that a node back from a restart with the same id
+	// numbers its requests above those of the process before it.
+	Seq int64
 }
 
 // Grant is the allocator's answer to one Request.
@@ -289,7 +296,8 @@ func (m *Manager) ask(k *Key, now time.Duration) Request {
 		kept = min(inFlight, st.held)
 	}
 	st.asking, st.sent, st.givenUp = true, now, k.givenUp.Load()
-	return Request{Rule: st.rule.Name, Key: st.name, Want: max(want, kept), Kept: kept}
+	st.seq = max(st.seq+1, m.cfg.Clock.Now().UnixMicro())
+	return Request{Rule: st.rule.Name, Key: st.name, Want: max(want, kept), Kept: kept, Seq: st.seq}
 }
 
 // send makes one call and takes its answers.

@@ -29,7 +29,7 @@ func (t *memTransport) Acquire(ctx context.Context, reqs []Request) ([]Grant, er
 	}
 	var sr []store.AcquireRequest
 	for _, r := range reqs {
-		sr = append(sr, store.AcquireRequest{Rule: t.r, Key: r.Key, Node: t.node, Want: r.Want, SlotsKept: r.Kept})
+		sr = append(sr, store.AcquireRequest{Rule: t.r, Key: r.Key, Node: t.node, Want: r.Want, SlotsKept: r.Kept, Seq: r.Seq})
 	}
 	ls, err := t.s.Acquire(ctx, sr)
 	if err != nil {

@@ -21,6 +21,7 @@ type state struct {
 	held         int64
 	valid, ends  time.Duration // mono
 	sent         time.Duration // when the last request went
+	seq          int64         // its Request.Seq
 	givenUp      int64         // Key.givenUp then
 	asking       bool          // a request is on its way
 	answered     bool          // a first answer (or failure) came

@@ -22,6 +22,15 @@ import (
 // others do not hold; a node above its share is told so (SlotShare) and
 // gives slots back as they are released.
 //
+// A request may reach the store twice (a duplicate), or after a later one
+// of its node (its sender timed out on it, and asked again): applied then,
+// it would be weighed against the others' wants of the time, and record
+// fewer slots than the node was told it holds by the answer it took (the
+// simulator's seeds 48736 and 48009: 51 of 50). So a node numbers its
+// requests of a key (Seq, increasing), and a request numbered at or below
+// the holder's last applied one is not applied: the same one again is
+// answered with what the holder holds, an older one with nothing.
+//
 // A holder's slots are its own until its lease ends (until): then they are
 // lent again, which is how a crashed node's slots come back within one TTL.
 // A node that lost the allocator stops taking slots on the lease max_hold
@@ -38,6 +47,7 @@ type slotHolder struct {
 	want  int64 // slots it would hold
 	until int64 // µs its lease ends
 	since int64 // µs it began to hold: the older holder wins a tie
+	seq   int64 // its last applied request's Seq, 0: none
 }
 
 // acquire applies one node's request and sets the state's expiry.
@@ -45,6 +55,9 @@ func (s *slotState) acquire(r *rules.Rule, now int64, req *AcquireRequest, expir
 	ttl := r.Lease.TTL.Microseconds()
 	s.dropEnded(now)
 	h, had := s.holders[req.Node]
+	if had && req.Seq > 0 && req.Seq <= h.seq {
+		return s.unapplied(r, now, req, h, expires)
+	}
 	kept := min(max(req.SlotsKept, 0), h.held)
 	want := min(max(req.Want, kept), r.Lease.Max)
 	others := int64(0)
@@ -60,6 +73,7 @@ func (s *slotState) acquire(r *rules.Rule, now int64, req *AcquireRequest, expir
 	share := s.share(r.Limit, req.Node, h)
 	h.held = max(kept, min(want, r.Limit-others, share))
 	h.until = now + ttl
+	h.seq = max(req.Seq, 0)
 	if h.held == 0 && want == 0 {
 		delete(s.holders, req.Node)
 	} else {
@@ -68,6 +82,26 @@ func (s *slotState) acquire(r *rules.Rule, now int64, req *AcquireRequest, expir
 	*expires = s.expiry(now)
 	return Lease{Granted: h.held, Remaining: r.Limit - others - h.held, TTL: us(ttl), Holders: max(len(s.holders), 1),
 		FallbackNodes: int64(max(len(s.holders), 1)), SlotShare: share}
+}
+
+// unapplied answers a request numbered at or below the holder's last
+// applied one, and applies nothing: its duplicate is told what the holder
+// holds (its sender may take this answer for the first's, lost), an older
+// one nothing (its sender gave up on it before it sent the one applied).
+func (s *slotState) unapplied(r *rules.Rule, now int64, req *AcquireRequest, h slotHolder, expires *int64) Lease {
+	granted := int64(0)
+	if req.Seq == h.seq {
+		granted = h.held
+	}
+	others := int64(0)
+	for n, o := range s.holders {
+		if n != req.Node {
+			others += o.held
+		}
+	}
+	*expires = s.expiry(now)
+	return Lease{Granted: granted, Remaining: max(r.Limit-others-h.held, 0), TTL: us(r.Lease.TTL.Microseconds()), Holders: len(s.holders),
+		FallbackNodes: int64(len(s.holders)), SlotShare: s.share(r.Limit, req.Node, h)}
 }
 
 // release forgets the node's slots: it gave back all it held.

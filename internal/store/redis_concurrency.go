@@ -4,10 +4,11 @@ package store
 // is the reference).
 
 // slotCall is a concurrency item's acquire: after the rule, the node, the
-// slots it would hold and the slots it keeps (which common.lua's dispatch
-// reads where other items have want and consumed).
+// slots it would hold, the slots it keeps (which common.lua's dispatch
+// reads where other items have want and consumed), the lease's max and
+// the request's seq.
 func (s *Redis) slotCall(req *AcquireRequest) scriptCall {
-	args := s.ruleArgs(req.Rule).str(req.Node).int(req.Want).int(max(req.SlotsKept, 0)).int(req.Rule.Lease.Max)
+	args := s.ruleArgs(req.Rule).str(req.Node).int(req.Want).int(max(req.SlotsKept, 0)).int(req.Rule.Lease.Max).int(max(req.Seq, 0))
 	return scriptCall{scriptFor(req.Rule), "a", s.key(req.Rule, req.Key), args, false}
 }
 

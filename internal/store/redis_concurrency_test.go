@@ -57,7 +57,8 @@ func TestRedisMatchesMemorySlots(t *testing.T) {
 			var reqs []store.AcquireRequest
 			for range 1 + rng.IntN(3) { // one node's batch, over keys
 				reqs = append(reqs, store.AcquireRequest{Rule: r, Key: "k" + strconv.Itoa(len(reqs)), Node: node,
-					Want: rng.Int64N(r.Limit + 3), SlotsKept: rng.Int64N(7) - 1})
+					Want: rng.Int64N(r.Limit + 3), SlotsKept: rng.Int64N(7) - 1,
+					Seq: rng.Int64N(6)}) // 0: none; else at, below or above the holder's last
 			}
 			memOut, redOut = runSlots(t, mem, reqs), runSlots(t, red, reqs)
 		}
@@ -75,8 +76,8 @@ func runSlots(t *testing.T, s store.Store, reqs []store.AcquireRequest) string {
 	}
 	out := ""
 	for i, l := range ls {
-		out += fmt.Sprintf("[%s %s want %d kept %d: granted %d remaining %d holders %d share %d ttl %v] ",
-			reqs[i].Key, reqs[i].Node, reqs[i].Want, reqs[i].SlotsKept, l.Granted, l.Remaining, l.Holders, l.SlotShare, l.TTL)
+		out += fmt.Sprintf("[%s %s want %d kept %d seq %d: granted %d remaining %d holders %d share %d ttl %v] ",
+			reqs[i].Key, reqs[i].Node, reqs[i].Want, reqs[i].SlotsKept, reqs[i].Seq, l.Granted, l.Remaining, l.Holders, l.SlotShare, l.TTL)
 	}
 	return out
 }

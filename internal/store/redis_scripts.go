@@ -285,8 +285,9 @@ var scripts = [...]*luaScript{
 	rules.FixedWindow:   newLuaScript("fixed_window", "fw3", luaFixedWindow, luaLease, luaFixedWindowLease, luaWindowLease),
 	rules.SlidingWindow: newLuaScript("sliding_window", "sw3", luaSlidingWindow, luaLease, luaSlidingWindowLease, luaWindowLease),
 	rules.SlidingLog:    newLuaScript("sliding_log", "sl2", luaSlidingLog),
-	// cc1: a concurrency key's holders (core_concurrency.go).
-	rules.Concurrency: newLuaScript("concurrency", "cc1", luaConcurrency),
+	// cc2: a concurrency key's holders (core_concurrency.go), each with
+	// the seq of its last applied request; cc1 was the same without it.
+	rules.Concurrency: newLuaScript("concurrency", "cc2", luaConcurrency),
 }
 
 func newLuaScript(name, tag string, parts ...string) *luaScript {

@@ -65,7 +65,9 @@ type AcquireRequest struct {
 	//
 	// Seq is the node's sequence number for this (rule, key), 0 for none.
 	// A request with the seq of the node's last applied one is its retry
-	// (the answer was lost): it is answered again, not applied again.
+	// (the answer was lost): it is answered again, not applied again. On a
+	// concurrency rule neither is one numbered below it, late (its sender
+	// gave up on it): core_concurrency.go.
 	Seq int64
 	// FallbackNodes is what the node's fallback divides the rule by for
 	// the key until this request's answer arrives, at least (the

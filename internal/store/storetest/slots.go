@@ -24,6 +24,7 @@ var slotTests = []struct {
 }{
 	{"SlotsNeverOverLent", testSlotsNeverOverLent},
 	{"SlotsKeptAreNotLent", testSlotsKeptAreNotLent},
+	{"SlotsLateRequestIsNotApplied", testSlotsLateRequest},
 	{"SlotsShareFairly", testSlotsShareFairly},
 	{"SlotsComeBackWhenLeaseEnds", testSlotsComeBack},
 	{"SlotsReleaseGivesAllBack", testSlotsRelease},
@@ -42,6 +43,45 @@ func takeSlots(t *testing.T, s store.Store, r *rules.Rule, key, node string, wan
 		t.Fatalf("Acquire(%s, want %d, kept %d): %v", node, want, kept, err)
 	}
 	return ls[0]
+}
+
+func takeSlotsSeq(t *testing.T, s store.Store, r *rules.Rule, node string, want, kept, seq int64) store.Lease {
+	t.Helper()
+	ls, err := s.Acquire(context.Background(), []store.AcquireRequest{{Rule: r, Key: "k", Node: node, Want: want, SlotsKept: kept, Seq: seq}})
+	if err != nil {
+		t.Fatalf("Acquire(%s, want %d, kept %d, seq %d): %v", node, want, kept, seq, err)
+	}
+	return ls[0]
+}
+
+// A node's request at or below the seq of its last applied one (a
+// duplicate, or one that came after the next) is not applied: applied, it
+// would weigh the node's want against another's of the time and record
+// fewer slots than its answer lent it. The same one again is told what
+// the node holds, an older one nothing.
+func testSlotsLateRequest(t *testing.T, h Harness) {
+	s, r := h.New(t), slotRule(t, 4, time.Hour)
+	if l := takeSlotsSeq(t, s, r, "a", 4, 2, 7); l.Granted != 4 {
+		t.Fatalf("a alone, want 4: granted %d", l.Granted)
+	}
+	if l := takeSlotsSeq(t, s, r, "b", 4, 0, 1); l.Granted != 0 || l.SlotShare != 2 {
+		t.Fatalf("b while a holds all 4: granted %d share %d, want 0 of a share of 2", l.Granted, l.SlotShare)
+	}
+	if l := takeSlotsSeq(t, s, r, "a", 4, 2, 7); l.Granted != 4 {
+		t.Fatalf("a's request again: granted %d, want the 4 it holds", l.Granted)
+	}
+	if l := takeSlotsSeq(t, s, r, "a", 4, 2, 6); l.Granted != 0 {
+		t.Fatalf("a's older request: granted %d, want nothing", l.Granted)
+	}
+	if l := takeSlotsSeq(t, s, r, "b", 4, 0, 2); l.Granted != 0 {
+		t.Fatalf("b after a's late requests: granted %d, want 0 (a holds 4)", l.Granted)
+	}
+	if l := takeSlotsSeq(t, s, r, "a", 4, 2, 8); l.Granted != 2 {
+		t.Fatalf("a's next request, keeping 2: granted %d, want its share of 2", l.Granted)
+	}
+	if l := takeSlotsSeq(t, s, r, "b", 4, 0, 3); l.Granted != 2 {
+		t.Fatalf("b once a kept 2: granted %d, want 2", l.Granted)
+	}
 }
 
 // 200 nodes at once each asking for one slot of 50: exactly 50 held.
