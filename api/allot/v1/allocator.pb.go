@@ -225,12 +225,16 @@ type LeaseRequest struct {
 	Returned int64 `protobuf:"varint,7,opt,name=returned,proto3" json:"returned,omitempty"`
 	// The epoch of the lease the returned tokens came from (see Return.epoch).
 	ReturnedEpoch int64 `protobuf:"varint,8,opt,name=returned_epoch,json=returnedEpoch,proto3" json:"returned_epoch,omitempty"`
-	// The node's sequence number for this (rule, key): one more for each new
-	// request, the same for a retry. A request with the sequence number of
-	// the node's last applied one is answered again with what that one got,
+	// The node's sequence number for this (rule, key): higher for each new
+	// request (one more; a concurrency rule's node uses its clock in µs, so
+	// that it keeps rising across restarts), the same for a retry. A request
+	// with the sequence number of the node's last applied one is answered
+	// again with what that one got (a concurrency rule: what the node holds),
 	// and not applied again (its consumed, returned and want count once), so
-	// a retry after a lost answer is safe. Below 2^53. 0: no sequence, every
-	// request applied.
+	// a retry after a lost answer is safe. For a concurrency rule, one below
+	// the last applied is not applied and is answered with no slots: its
+	// sender gave up on it. Below 2^53. 0: no sequence, every request
+	// applied.
 	Seq uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
 	// The tokens the node holds unspent for this key as it sends, what it
 	// returns included. A return credits at most this much. Without it (a
