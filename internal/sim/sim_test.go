@@ -102,6 +102,8 @@ var regressions = []uint64{
 	// or after the node's next one (it timed out, then arrived), recorded
 	// fewer slots than the node's answer lent it.
 	48736, 48009,
+	// The simulator handed a node an earlier reload's rules after a later one's.
+	53808,
 }
 
 // TestSeeds runs the simulator over many seeds: every bound must hold in
