@@ -104,7 +104,25 @@ func fillTime(r *rules.Rule) time.Duration {
 // two sweeps; a busy key gives its share back within a few sweeps, a slow
 // one is not taken for gone between two requests.
 func (k *KeyLease) quiet(e *env, now mono) bool {
+	if k.ownerBusy() {
+		return false
+	}
 	return now.Sub(k.est.lastActive) >= k.quietAfter(e)
+}
+
+// demandRate is what the key's requests say its demand is
+// (Request.Demand): its owner's word, or its rate estimate, the fast one
+// when demand has just surged or fallen by half and the fast one rests on
+// a few requests (wantRate's reading).
+func (k *KeyLease) demandRate(e *env) float64 {
+	if d, ok := k.ownerDemand(); ok {
+		return d
+	}
+	rate, fast := float64(k.est.rate), float64(k.est.fast)
+	if (fast > 2*rate || fast < rate/2) && max(fast, rate)*(2*e.cfg.Sweep).Seconds() >= 4 {
+		return fast
+	}
+	return rate
 }
 
 // quietAfter is how long after its last demand a key is quiet.
@@ -139,7 +157,7 @@ func (k *KeyLease) idle(now mono) bool {
 	if k.table.gone.Load() {
 		return k.req.inFlight == nil
 	}
-	if k.req.inFlight != nil || k.req.unacked != nil || k.is(bitQueued) || k.owes() || k.heldBelow.Load() > 0 {
+	if k.req.inFlight != nil || k.req.unacked != nil || k.is(bitQueued) || k.owes() || k.heldBelow.Load() > 0 || k.ownerBusy() {
 		return false
 	}
 	return now.Sub(k.est.lastActive) >= k.idleAfter()

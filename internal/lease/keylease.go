@@ -28,6 +28,7 @@ type KeyLease struct {
 	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
 	usingN    atomic.Int32  // what its owner says its fallback may still use, as a divisor; 0: what it was told (SetUsing)
 	heldBelow atomic.Int64  // what its owner says others hold of what it lent them (SetHeldBelow)
+	owned     atomic.Uint64 // 1 + the bits of what its owner says its demand is, tokens/s (SetDemand); 0: unsaid
 	liveUntil atomic.Int64  // the mono at which its oldest leased tokens die, any rule; 0: none (live.go)
 	notBefore atomic.Int64  // the mono before which no refill leaves
 	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
@@ -126,6 +127,37 @@ func (k *KeyLease) SetUsing(n int) { k.usingN.Store(int32(min(max(n, 0), math.Ma
 // held no more than that only from the request on (the owner does not
 // know when they were spent). The key does not leave while they are held.
 func (k *KeyLease) SetHeldBelow(n int64) { k.heldBelow.Store(max(n, 0)) }
+
+// SetDemand says that the key's demand is rate tokens a second, as its
+// owner measures it (a region: the sum of what its nodes say they are
+// asked, LeaseRequest.demand), rather than what is taken from the key:
+// an owner that lends on what it takes is asked in batches, refused ones
+// again and again, which says nothing of its callers' rate. The key's
+// requests then ask for a share of the rate by it and say it as their
+// demand, and the key is not quiet while it is above zero. A share
+// asleep wakes, to be renewed by it.
+func (k *KeyLease) SetDemand(rate float64) {
+	k.owned.Store(1 + math.Float64bits(max(rate, 0)))
+	if k.is(bitAsleep) {
+		k.WantRefill() // (wakes it: sleep.go)
+	}
+}
+
+// ownerBusy reports whether the key's owner says it has demand.
+func (k *KeyLease) ownerBusy() bool {
+	d, ok := k.ownerDemand()
+	return ok && d > 0
+}
+
+// ownerDemand is what the key's owner last said its demand is (SetDemand),
+// ok false when it said nothing.
+func (k *KeyLease) ownerDemand() (rate float64, ok bool) {
+	v := k.owned.Load()
+	if v == 0 {
+		return 0, false
+	}
+	return math.Float64frombits(v - 1), true
+}
 
 // saysFallbackNodes is what the key's requests say its fallback divides
 // by: what it was told, or what its owner says it still uses, if fewer.

@@ -21,7 +21,7 @@ func AcquireProto(node string, reqs []Request) *allotv1.AcquireRequest {
 	for i, r := range reqs {
 		lr := &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed,
 			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch, Seq: r.Seq,
-			FallbackNodes: uint32(min(max(r.FallbackNodes, 0), math.MaxUint32)), OnFallback: r.OnFallback, Settled: r.Settled}
+			FallbackNodes: uint32(min(max(r.FallbackNodes, 0), math.MaxUint32)), OnFallback: r.OnFallback, Settled: r.Settled, Demand: r.Demand}
 		if r.ConsumedAge > 0 {
 			lr.ConsumedAge = durationpb.New(r.ConsumedAge)
 		}

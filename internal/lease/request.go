@@ -35,7 +35,7 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 	} else {
 		r := k.Rule()
 		overflow, fullAt := k.takeOverflow()
-		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), sent: now,
+		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), demand: k.demandRate(e), sent: now,
 			returned: overflow + k.unusedNow(), returnedEpoch: k.win.epoch.Load(), seq: k.nextSeq(e),
 			onFallback: k.mayFallBack()}
 		if !k.req.sent && !mutate.On(mutate.SizeByHistory) {
@@ -197,7 +197,7 @@ func (c *Core) lapse(k *KeyLease, now mono) bool {
 		return false
 	}
 	c.taken(k, k.sample(&c.env, now))
-	if k.req.askedAgain || now.Sub(k.est.lastActive) < 2*k.Rule().Lease.Refresh {
+	if k.req.askedAgain || now.Sub(k.est.lastActive) < 2*k.Rule().Lease.Refresh || k.ownerBusy() {
 		return false
 	}
 	k.lower(bitQueued)

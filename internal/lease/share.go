@@ -19,6 +19,15 @@ const (
 	// for: demand is noisy, and what a share earns beyond the key's cap is
 	// given back, not lost.
 	shareHeadroom = 1.25
+	// ownerHeadroom is shareHeadroom for a key whose owner says its demand
+	// (SetDemand): a sum of its nodes' estimates, steadier than one's, and
+	// what its share earns beyond that demand dies at its owner (a
+	// region's nodes hold what it lends them, so the parent's bucket has
+	// no room for what the region gives back).
+	ownerHeadroom = 1.1
+	// ownerShrink is how far under its share such a key's demand falls
+	// before it renews at once to give the rest back (Core.giveBack).
+	ownerShrink = 0.7
 	// renewJitter spreads renewals over [1, 1+renewJitter] refresh
 	// intervals, so that nodes do not renew in step.
 	renewJitter = 0.2
@@ -164,6 +173,11 @@ func (k *KeyLease) settleOwed(now mono) {
 func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) float64 {
 	if e.cfg.TokensOnly || r.Algorithm != rules.TokenBucket {
 		return 0
+	}
+	if d, ok := k.ownerDemand(); ok {
+		// Its owner's nodes measured their callers: no pattern of requests
+		// to read through (SetDemand).
+		return min(ownerHeadroom*d, r.Rate())
 	}
 	switch {
 	case !k.req.sent && (k.demand.Load() >= busyAtFirst || e.farOrUnknown(k)):

@@ -26,7 +26,7 @@ func (c *Core) sleep(k *KeyLease, now mono) {
 	}
 	// A key giving its share back sleeps until the answer (grant wakes it):
 	// under a flood of keys touched once, their give-backs wait for calls.
-	if k.phase != phaseGivingBack && ((k.Holders() > 1 && k.quiet(&c.env, now)) || // (its giveBack is due)
+	if k.phase != phaseGivingBack && ((k.Holders() > 1 && (k.quiet(&c.env, now) || k.ownerWantsLess())) || // (its giveBack is due)
 		k.req.inFlight != nil || k.req.unacked != nil || k.q.pending ||
 		!k.is(bitQueued) || // (its renewal is queued: a waking Take asks for nothing else)
 		now.Sub(k.est.lastActive) < 2*c.cfg.Sweep || k.tokens.Load() < k.share.capTokens) {

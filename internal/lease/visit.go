@@ -173,15 +173,28 @@ func (c *Core) expire(k *KeyLease, now mono) {
 
 // giveBack sends at once the renewal of a share whose key has gone quiet
 // while other nodes hold it: it asks for no rate, so the share goes back to
-// them within a few sweeps instead of at the lease's end.
+// them within a few sweeps instead of at the lease's end. So does a key
+// whose owner says a demand that wants well under the share it holds (a
+// region whose load moved to another): the rest goes back, not at its
+// renewal.
 func (c *Core) giveBack(k *KeyLease, now mono) {
-	if k.shareRate() <= 0 || k.req.inFlight != nil || k.phase == phaseGivingBack || !k.quiet(&c.env, now) {
+	if k.shareRate() <= 0 || k.req.inFlight != nil || k.phase == phaseGivingBack {
+		return
+	}
+	if !k.quiet(&c.env, now) && !k.ownerWantsLess() {
 		return
 	}
 	if k.Holders() <= 1 { // nobody to give it to: it leaves once quiet long enough (lapse)
 		return
 	}
 	c.schedule(k, now)
+}
+
+// ownerWantsLess reports whether the key's owner says a demand whose
+// share is under ownerShrink of the share it holds.
+func (k *KeyLease) ownerWantsLess() bool {
+	d, ok := k.ownerDemand()
+	return ok && ownerHeadroom*d < ownerShrink*k.shareRate()
 }
 
 // retryIn is how long until the key's next refill may leave.

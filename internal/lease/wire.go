@@ -36,6 +36,9 @@ type Request struct {
 	// Settled is what settled reservations took beyond what the key held:
 	// the allocator takes it from the key's bucket, into debt.
 	Settled int64
+	// Demand is the key's measured demand, tokens per second, whether or
+	// not it asks for a share (allotv1.LeaseRequest.demand).
+	Demand float64
 }
 
 // Grant is the allocator's answer to one Request: grant.Grant, the one

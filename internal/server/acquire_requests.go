@@ -68,6 +68,10 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 		if math.IsNaN(wantRate) || math.IsInf(wantRate, 0) || wantRate < 0 {
 			return nil, grpcerr.Invalid(field+".want_rate", "must be a finite rate of zero or more tokens per second, got %v", wantRate)
 		}
+		demand := lr.GetDemand()
+		if math.IsNaN(demand) || math.IsInf(demand, 0) || demand < 0 {
+			return nil, grpcerr.Invalid(field+".demand", "must be a finite rate of zero or more tokens per second, got %v", demand)
+		}
 		age, err := checkAge(field+".consumed_age", lr.GetConsumedAge())
 		if err != nil {
 			return nil, err
@@ -88,7 +92,7 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 			// A node that does not say what it holds (one before the field)
 			// has its returns credited nothing: see store.AcquireRequest.
 			Held: lr.GetHeld(), HeldKnown: lr.Held != nil, FallbackNodes: int64(lr.GetFallbackNodes()),
-			OnFallback: lr.GetOnFallback(), Settled: lr.GetSettled(),
+			OnFallback: lr.GetOnFallback(), Settled: lr.GetSettled(), Demand: demand,
 			HeldFor: lr.GetHeldFor().AsDuration(), HeldForKnown: lr.HeldFor != nil}
 	}
 	return out, nil

@@ -154,6 +154,7 @@ func rpcSeeds() []rpcSeed {
 	}})
 	add(0, &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k"}, {Rule: "tb", Key: "k"}}})
 	add(0, &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", WantRate: math.NaN()}}})
+	add(0, &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", Demand: math.Inf(-1)}}})
 	add(0, &allotv1.AcquireRequest{NodeId: "n", Requests: []*allotv1.LeaseRequest{{Rule: "tb", Key: "k", ConsumedAge: &durationpb.Duration{Seconds: 1, Nanos: -1}}}})
 	add(0, &allotv1.AcquireRequest{NodeId: strings.Repeat("n", 129), Requests: []*allotv1.LeaseRequest{{Rule: "no pe", Key: "k"}}})
 	add(1, &allotv1.ReleaseRequest{NodeId: "n", Returns: []*allotv1.Return{{Rule: "tb", Key: "a", Tokens: 40}, {Rule: "fw", Key: "a", Tokens: 3, Epoch: 7}}})
@@ -317,7 +318,7 @@ func checkAnswer(t *testing.T, set *rules.Set, req, resp proto.Message, err erro
 
 // fieldPath is every field validation may name.
 var fieldPath = regexp.MustCompile(`^(request|node_id|requests|returns|rule|key|cost|` +
-	`requests\[\d+\](\.(rule|key|want|consumed|consumed_age|want_rate|returned))?|` +
+	`requests\[\d+\](\.(rule|key|want|consumed|consumed_age|want_rate|demand|returned))?|` +
 	`returns\[\d+\]\.(rule|key|tokens))$`)
 
 // checkError: the codes of the caller's fault, never Internal or Unknown;
@@ -393,6 +394,9 @@ func checkValid(t *testing.T, set *rules.Set, req proto.Message) {
 			entry(lr.GetRule(), lr.GetKey(), true, lr.GetWant(), lr.GetConsumed(), lr.GetReturned(), lr.GetHeld())
 			if r := lr.GetWantRate(); math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 				fail("a bad want_rate")
+			}
+			if d := lr.GetDemand(); math.IsNaN(d) || math.IsInf(d, 0) || d < 0 {
+				fail("a bad demand")
 			}
 			if a := lr.GetConsumedAge(); a != nil && (a.CheckValid() != nil || a.AsDuration() < 0) {
 				fail("a bad consumed_age")

@@ -37,6 +37,10 @@ type AcquireRequest struct {
 	// WantRate is the node's demand in tokens per second: it asks for a
 	// share of the rule's refill rate for the lease's TTL. 0: tokens only.
 	WantRate float64
+	// Demand is the node's measured demand in tokens per second, said
+	// whether or not it asks for a share (allotv1.LeaseRequest.demand):
+	// the stores ignore it; a region sums its nodes' into its own.
+	Demand float64
 	// Returned are unused tokens given back before the grant, from the
 	// lease of epoch ReturnedEpoch.
 	Returned      int64

@@ -282,7 +282,15 @@ type LeaseRequest struct {
 	// the node had kept through a quiet time: once spent, once refilled).
 	// Token buckets only; unset from a node before this field, whose held is
 	// then taken as held since its last request.
-	HeldFor       *durationpb.Duration `protobuf:"bytes,15,opt,name=held_for,json=heldFor,proto3" json:"held_for,omitempty"`
+	HeldFor *durationpb.Duration `protobuf:"bytes,15,opt,name=held_for,json=heldFor,proto3" json:"held_for,omitempty"`
+	// The node's measured demand on this key, in tokens per second (what its
+	// callers asked of it, granted or refused, averaged over its rate
+	// window), said whether or not it asks for a share: want_rate is 0 when
+	// tokens alone serve it. A regional allocator sums its nodes' demands
+	// into its own at its parent, so that the parent splits a global rule
+	// by what the regions' callers ask, not by how often their nodes ask.
+	// 0: none measured yet, or a node before this field.
+	Demand        float64 `protobuf:"fixed64,16,opt,name=demand,proto3" json:"demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,6 +428,13 @@ func (x *LeaseRequest) GetHeldFor() *durationpb.Duration {
 		return x.HeldFor
 	}
 	return nil
+}
+
+func (x *LeaseRequest) GetDemand() float64 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -1397,7 +1412,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x81\x04\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x99\x04\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1416,7 +1431,8 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\asettled\x18\r \x01(\x03R\asettled\x12\"\n" +
 	"\n" +
 	"slots_kept\x18\x0e \x01(\x03H\x01R\tslotsKept\x88\x01\x01\x124\n" +
-	"\bheld_for\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\aheldForB\a\n" +
+	"\bheld_for\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\aheldFor\x12\x16\n" +
+	"\x06demand\x18\x10 \x01(\x01R\x06demandB\a\n" +
 	"\x05_heldB\r\n" +
 	"\v_slots_kept\"u\n" +
 	"\x0fAcquireResponse\x12'\n" +
