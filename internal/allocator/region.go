@@ -257,8 +257,11 @@ func (a *Allocator) registerRegion() {
 			Name: "allot_region_parent_granted_total", Help: "Tokens of global keys the parent put into the region's leases, granted or earned on rate shares: its share of the global rules.",
 		}, func() float64 { return float64(rs.Meters().Granted) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "allot_region_asked_total", Help: "Tokens of global keys the region's nodes asked it for: the region's demand.",
+			Name: "allot_region_asked_total", Help: "Tokens of global keys the region's nodes asked it for, in batches, a refused batch again at each retry: more than their callers' demand when short.",
 		}, func() float64 { return float64(rs.Meters().Asked) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "allot_region_demand", Help: "Tokens a second the region's nodes say their callers ask of global keys, summed: the demand the region asks its parent's shares by.",
+		}, func() float64 { return rs.Meters().Demand }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "allot_region_lent_total", Help: "Tokens of global keys the region lent its nodes, out of its leases and its fallback allowances.",
 		}, func() float64 { return float64(rs.Meters().Lent) }),

@@ -56,7 +56,7 @@ func TestRegionLeasesGlobalRulesFromItsParent(t *testing.T) {
 
 	api := allotv1.NewAllocatorClient(conn)
 	resp, err := api.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: "n1", Requests: []*allotv1.LeaseRequest{
-		{Rule: "g", Key: "k", Want: 10, WantRate: 500}, {Rule: "r", Key: "k", Want: 5}}})
+		{Rule: "g", Key: "k", Want: 10, WantRate: 500, Demand: 40}, {Rule: "r", Key: "k", Want: 5, Demand: 7}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +84,11 @@ func TestRegionLeasesGlobalRulesFromItsParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Its demand is the global key's 10 (the regional key's 5 are its
-	// store's), all lent; the parent lent it at least those.
+	// It was asked the global key's 10 (the regional key's 5 are its
+	// store's), all lent, and its demand is what n1 said of the global
+	// key; the parent lent it at least those.
 	want := map[string]float64{"allot_region_parent_up": 1, "allot_region_global_keys": 1, "allot_region_returned_dropped_total": 0,
-		"allot_region_asked_total": 10, "allot_region_lent_total": 10, "allot_region_fallback_lent_total": 0}
+		"allot_region_asked_total": 10, "allot_region_demand": 40, "allot_region_lent_total": 10, "allot_region_fallback_lent_total": 0}
 	for _, mf := range metrics {
 		switch v := mf.GetMetric()[0]; mf.GetName() {
 		case "allot_region_parent_granted_total":

@@ -158,9 +158,9 @@ func TestRegions(t *testing.T) {
 	if got < 0.97 {
 		// Known (docs/bounds.md, "Accuracy, short of target"): printed,
 		// with the figure.
-		t.Logf("SHORT OF TARGET, known: admitted/ideal %.4f, target 0.97: every region is lent less than its demand (the line above: the loaded one about "+
-			"a third of the rate, each other one less than its own tenth of twice the rate), so it is not only how the parent splits the rate; "+
-			"the cause is not found (docs/bounds.md, \"A tree's load moving between regions\")", got)
+		t.Logf("SHORT OF TARGET, known: admitted/ideal %.4f, target 0.97: each move takes the newly loaded region a few of its renewals, "+
+			"150 ms away, to be lent its share, and a region whose nodes still hold the leases their busy time sized overflows its pool "+
+			"(docs/bounds.md, \"A tree's load moving between regions\")", got)
 	}
 }
 

@@ -93,8 +93,9 @@ func (s *Store) drainAbsent(stop <-chan struct{}) {
 			s.reserve(r, id.key, now)
 			if k := s.keyLease(r, id.key); k != nil {
 				// The absent holder's tokens have died with its lease: the
-				// key no longer says them to the parent, and may leave.
-				k.SetHeldBelow(s.keys.heldBelow(id, now))
+				// key no longer says them (nor its demand) to the parent,
+				// and may leave.
+				s.sayBelow(k, id, now)
 			}
 			if !s.keys.anyAbsent(id, now) {
 				s.absent.done(id)

@@ -46,6 +46,11 @@ type holder struct {
 	last  store.Lease   // that answer
 	n     int64         // what its fallback divides the rule by, at least, until its next request
 	held  int64         // what it said it held at its last request, and what that request was lent
+	// demand is what its last request said its callers ask of it, tokens
+	// a second; says whether any of its requests said more than 0 (a node
+	// before LeaseRequest.demand never does, and its 0 says nothing).
+	demand float64
+	says   bool
 
 	// A holder whose lease here ended without its asking again is absent,
 	// for the rule's absence: cut off from the region, its fallback admits
@@ -77,6 +82,7 @@ type holding struct {
 	absence        time.Duration // the rule's
 	said, parent   int64         // what the node said its fallback divides by (0: nothing), and the parent's count for the region
 	held           int64         // what the node said it holds
+	demand         float64       // what the node said its callers ask, tokens/s (0: nothing, or unsaid)
 	fromOnFallback bool          // the request said it left on the node's fallback
 }
 
@@ -265,7 +271,8 @@ func (ls *lenders) hold(id lenderID, q holding, answer func(holders int, fallbac
 		if said > 0 {
 			h.n = min(told, said)
 		}
-		h.held = q.held
+		h.held, h.demand = q.held, q.demand
+		h.says = h.says || q.demand > 0
 		g := answer(len(l.nodes), told, taken+1/float64(max(h.n, 1)))
 		h.held += g.Granted
 		h.seq, h.last = q.seq, g
@@ -274,24 +281,50 @@ func (ls *lenders) hold(id lenderID, q holding, answer func(holders int, fallbac
 	}
 }
 
-// heldBelow is what the key's present holders hold of what the region
-// lent them, as they last said, with what it lent them since.
-func (ls *lenders) heldBelow(id lenderID, now time.Duration) int64 {
+// below is what the key's present holders hold of what the region lent
+// them, as they last said, with what it lent them since; and the demand
+// they said, summed, said false when none of them says one.
+func (ls *lenders) below(id lenderID, now time.Duration) (held int64, demand float64, said bool) {
 	ls.mu.Lock()
 	l := ls.m[id]
 	ls.mu.Unlock()
 	if l == nil {
-		return 0
+		return 0, 0, false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var n int64
+	demands := make([]float64, 0, len(l.nodes))
 	for _, h := range l.nodes {
 		if !h.absent(now) {
-			n += h.held
+			held += h.held
+			if h.says {
+				demands = append(demands, h.demand)
+				said = true
+			}
 		}
 	}
-	return n
+	slices.Sort(demands) // (a sum in one order, whatever the map's)
+	for _, d := range demands {
+		demand += d
+	}
+	return held, demand, said
+}
+
+// demand is what the present holders of every key say their callers ask,
+// summed (for the region's metrics).
+func (ls *lenders) demand(now time.Duration) float64 {
+	ls.mu.Lock()
+	ids := make([]lenderID, 0, len(ls.m))
+	for id := range ls.m {
+		ids = append(ids, id)
+	}
+	ls.mu.Unlock()
+	sum := 0.0
+	for _, id := range ids {
+		_, d, _ := ls.below(id, now)
+		sum += d
+	}
+	return sum
 }
 
 // usingNodes is what a region whose nodes' fallbacks may use parts

@@ -90,13 +90,11 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 	}
 	defer func() {
 		if k != nil {
-			// What its nodes hold of what it lent them is told to the
-			// parent with the region's own (rule 6 across the tree).
-			k.SetHeldBelow(s.keys.heldBelow(id, now))
+			s.sayBelow(k, id, now)
 		}
 	}()
 	q := holding{node: req.Node, seq: req.Seq, now: now, until: now + r.Lease.TTL, absence: r.Lease.Absence(),
-		said: req.FallbackNodes, parent: int64(parent), held: held, fromOnFallback: req.OnFallback}
+		said: req.FallbackNodes, parent: int64(parent), held: held, demand: req.Demand, fromOnFallback: req.OnFallback}
 	return s.keys.hold(id, q,
 		func(holders int, fallbackNodes int64, used float64) store.Lease {
 			g.Holders, g.FallbackNodes = holders, fallbackNodes
@@ -108,6 +106,20 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 			}
 			return g
 		})
+}
+
+// sayBelow tells the region's lease on the key what its present holders
+// hold of what it lent them, told to the parent with the region's own
+// (rule 6 across the tree), and their demand, which is the region's: the
+// parent splits the rule by it (KeyLease.SetDemand). Until one of them
+// says its demand (nodes before LeaseRequest.demand), the lease measures
+// its own.
+func (s *Store) sayBelow(k *lease.KeyLease, id lenderID, now time.Duration) {
+	held, demand, said := s.keys.below(id, now)
+	k.SetHeldBelow(held)
+	if said {
+		k.SetDemand(demand)
+	}
 }
 
 // reserve withholds from the key's lease what its absent holders'

@@ -47,9 +47,13 @@ type Meters struct {
 	// Granted is the tokens the parent put into the region's leases,
 	// granted or earned on rate shares: its share.
 	Granted int64
-	// Asked is the tokens the region's nodes asked it for on global keys:
-	// its demand.
+	// Asked is the tokens the region's nodes asked it for on global keys,
+	// in batches, a refused one again at each retry.
 	Asked int64
+	// Demand is what the region's nodes say their callers ask of global
+	// keys, tokens a second, summed over its present holders: the demand
+	// its leases ask the parent's shares by.
+	Demand float64
 	// Lent is the tokens the region lent its nodes, out of its leases and
 	// its fallback allowances.
 	Lent int64
@@ -64,6 +68,6 @@ type Meters struct {
 // Meters reads the region's counts.
 func (s *Store) Meters() Meters {
 	since, ok := s.meter.sinceAnswer()
-	return Meters{Granted: s.mgr.Credited(), Asked: s.meter.asked.Load(), Lent: s.meter.lentOut.Load(),
+	return Meters{Granted: s.mgr.Credited(), Asked: s.meter.asked.Load(), Demand: s.keys.demand(s.clk.Mono()), Lent: s.meter.lentOut.Load(),
 		FellBack: s.fellBack.Load(), SinceParent: since, ParentAnswered: ok}
 }

@@ -100,3 +100,42 @@ func TestRegionTellsWhatItsNodesHold(t *testing.T) {
 		t.Errorf("node a's %d and node b's %d may be spent in one second: %d, above b + 1.1·r = %.0f", a, b, a+b, bound)
 	}
 }
+
+// TestRegionAsksByItsNodesDemand: a region's nodes say what their callers
+// ask (150/s and 50/s) while they ask it for batches every 10 ms, refused
+// or not, as busy nodes do. The region asks the parent for a share by what
+// they say, 1.1 times their 200/s, not by how often they ask (100 batches
+// of 50 a second, which it would read as 5,000/s): another holder at the
+// parent that asks for the whole rate is lent the rest, 780/s.
+func TestRegionAsksByItsNodesDemand(t *testing.T) {
+	tr := newTree(t, 1)
+	g, _ := tr.set.Get("g")
+	rs := tr.regions[0]
+	ask := func(node string, demand float64) {
+		t.Helper()
+		_, err := rs.Acquire(context.Background(), []store.AcquireRequest{{Rule: g, Key: "k", Node: node, Want: 50,
+			Held: 0, HeldKnown: true, Demand: demand}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ask("n1", 150)
+		ask("n2", 50)
+	}
+	var rates []float64
+	for range 5 {
+		ask("n1", 150)
+		ask("n2", 50)
+		got, err := tr.parent.Acquire(context.Background(), []store.AcquireRequest{{Rule: g, Key: "k", Node: "other", WantRate: 1000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rates = append(rates, got[0].Rate)
+		time.Sleep(150 * time.Millisecond)
+	}
+	t.Logf("the other holder's shares beside the region: %v", rates)
+	if last := rates[len(rates)-1]; last < 770 || last > 790 {
+		t.Errorf("the other holder is lent %.0f/s beside the region, want 780 (the region holding 1.1 of its nodes' 200/s)", last)
+	}
+}
