@@ -53,7 +53,7 @@ func settledFleetDebt(t *testing.T, rtt time.Duration, debt int64) *Scenario {
 	}
 	r := sc.Rules.Rules()[0]
 	if debt == 0 {
-		debt = d.debt(r)
+		debt = d.debt(r, false) // (no cuts)
 	}
 	r.MaxDebt = rules.MaxDebtOf(debt)
 	sc.Settles = true
