@@ -84,10 +84,21 @@ func (a *allocator) check(req *allotv1.CheckRequest) (*allotv1.CheckResponse, er
 }
 
 // cutStore is the store as the allocator reaches it: unavailable while a
-// fault cuts them apart.
+// fault cuts them apart. It tells the oracle what the store decided on
+// (Oracle.StoreDecided): every request it applied (seqs is each holder's
+// last, to tell a retry answered again), every return and every check.
 type cutStore struct {
 	store.Store
-	a *allocator
+	a    *allocator
+	seqs map[seqID]int64
+}
+
+type seqID struct{ node, rule, key string }
+
+// decided tells the oracle the store decided on rule's key now.
+func (s *cutStore) decided(r *rules.Rule, key string) {
+	w := s.a.w
+	w.oracle.StoreDecided(w.now, w.store.at(w.now), r.Base().Name, key)
 }
 
 func (s *cutStore) cut() error {
@@ -101,19 +112,44 @@ func (s *cutStore) Acquire(ctx context.Context, reqs []store.AcquireRequest) ([]
 	if err := s.cut(); err != nil {
 		return nil, err
 	}
-	return s.Store.Acquire(ctx, reqs)
+	got, err := s.Store.Acquire(ctx, reqs)
+	if err != nil {
+		return got, err
+	}
+	if s.seqs == nil {
+		s.seqs = map[seqID]int64{}
+	}
+	for _, r := range reqs {
+		id := seqID{r.Node, r.Rule.Base().Name, r.Key}
+		if r.Seq != 0 && s.seqs[id] == r.Seq {
+			continue // answered again, not applied
+		}
+		s.seqs[id] = r.Seq
+		s.decided(r.Rule, r.Key)
+	}
+	return got, nil
 }
 
 func (s *cutStore) Release(ctx context.Context, rets []store.Return) error {
 	if err := s.cut(); err != nil {
 		return err
 	}
-	return s.Store.Release(ctx, rets)
+	if err := s.Store.Release(ctx, rets); err != nil {
+		return err
+	}
+	for _, r := range rets {
+		s.decided(r.Rule, r.Key)
+	}
+	return nil
 }
 
 func (s *cutStore) Check(ctx context.Context, r *rules.Rule, key string, cost int64) (store.Decision, error) {
 	if err := s.cut(); err != nil {
 		return store.Decision{}, err
 	}
-	return s.Store.Check(ctx, r, key, cost)
+	d, err := s.Store.Check(ctx, r, key, cost)
+	if err == nil {
+		s.decided(r, key)
+	}
+	return d, err
 }

@@ -87,18 +87,18 @@ func (o *Oracle) admit(at, storeAt time.Duration, node int, rule, key string, co
 	if v.Algorithm == FixedWindow || v.Algorithm == SlidingWindow {
 		// The store never goes back in its windows: a clock stepped back
 		// keeps the later window it decided in and decides at its start.
-		// Only what the store decided moves that window on: a fallback
-		// admission's instant on the store's clock is one the store may
-		// never have seen (cut off from the allocator through a window
-		// that its clock, stepped back, then counts again from an earlier
-		// one; seed 44553). (A log is judged on the raw clock: its
-		// decisions reach the oracle out of the store's order, a round trip
-		// late; stepped back, it keeps its entries, and a period the step
-		// spans is held to twice its limit: see admitLog.)
+		// Only what the store decided moves that window on (StoreDecided):
+		// an admission's instant on the store's clock is one the store may
+		// never have decided at. A fallback's, cut off from the allocator
+		// through a window that its clock, stepped back, then counts again
+		// from an earlier one (seed 44553); a lease's, spending what the
+		// store lent before its clock stepped forward, in a window it never
+		// decided in before stepping back (seed 98100). (A log is judged on
+		// the raw clock: its decisions reach the oracle out of the store's
+		// order, a round trip late; stepped back, it keeps its entries, and
+		// a period the step spans is held to twice its limit: see
+		// admitLog.)
 		storeAt = max(storeAt, ks.storeMax)
-		if mode != Fallback {
-			ks.storeMax = storeAt
-		}
 	}
 	switch v.Algorithm {
 	case TokenBucket:

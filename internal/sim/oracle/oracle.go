@@ -64,9 +64,9 @@ type keyState struct {
 	checks checks // the epoch's bounds
 	acc    accuracy
 	fair   []int // indices in Oracle.fair
-	// storeMax is the latest store time of the key's admissions: windows
-	// are counted on the store's clock as the store counts them, never
-	// going back.
+	// storeMax is the latest store time the store decided on the key at
+	// (StoreDecided): windows are counted on the store's clock as the
+	// store counts them, never going back.
 	storeMax time.Duration
 }
 
@@ -209,6 +209,21 @@ func (o *Oracle) Offered(at time.Duration, node int, rule, key string, cost int6
 	if ks := o.key(at, rule, key); ks != nil {
 		o.checked.Offered++
 		ks.acc.offer(ks.rs.cur(), at, cost)
+	}
+}
+
+// StoreDecided records that the store decided on key at at, its clock
+// reading storeAt: it applied a request, a return or a check, which move a
+// window rule's window on to the one of storeAt, and never back (a window
+// rule's admissions are counted in that window or a later one). A request
+// answered again (its retry, by its sequence number) decides nothing.
+func (o *Oracle) StoreDecided(at, storeAt time.Duration, rule, key string) {
+	if o.rules[rule] == nil || !o.tick(at, "store decision", rule, key) {
+		return
+	}
+	ks := o.key(at, rule, key)
+	if a := ks.rs.cur().Algorithm; a == FixedWindow || a == SlidingWindow {
+		ks.storeMax = max(ks.storeMax, storeAt)
 	}
 }
 
