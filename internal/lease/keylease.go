@@ -135,9 +135,14 @@ func (k *KeyLease) SetHeldBelow(n int64) { k.heldBelow.Store(max(n, 0)) }
 // again and again, which says nothing of its callers' rate. The key's
 // requests then ask for a share of the rate by it and say it as their
 // demand, and the key is not quiet while it is above zero. A share
-// asleep wakes, to be renewed by it.
+// asleep wakes, to be renewed by it. A rate below zero (or NaN) takes back
+// what the owner said: the key measures its own demand again.
 func (k *KeyLease) SetDemand(rate float64) {
-	k.owned.Store(1 + math.Float64bits(max(rate, 0)))
+	if !(rate >= 0) {
+		k.owned.Store(0)
+	} else {
+		k.owned.Store(1 + math.Float64bits(rate))
+	}
 	if k.is(bitAsleep) {
 		k.WantRefill() // (wakes it: sleep.go)
 	}

@@ -111,15 +111,16 @@ func (s *Store) lend(ctx context.Context, req *store.AcquireRequest) store.Lease
 // sayBelow tells the region's lease on the key what its present holders
 // hold of what it lent them, told to the parent with the region's own
 // (rule 6 across the tree), and their demand, which is the region's: the
-// parent splits the rule by it (KeyLease.SetDemand). Until one of them
-// says its demand (nodes before LeaseRequest.demand), the lease measures
-// its own.
+// parent splits the rule by it (KeyLease.SetDemand). While none of them
+// says a demand (nodes before LeaseRequest.demand, or none present), the
+// lease measures its own, and goes quiet when nothing is taken.
 func (s *Store) sayBelow(k *lease.KeyLease, id lenderID, now time.Duration) {
 	held, demand, said := s.keys.below(id, now)
 	k.SetHeldBelow(held)
-	if said {
-		k.SetDemand(demand)
+	if !said {
+		demand = -1 // (nothing said)
 	}
+	k.SetDemand(demand)
 }
 
 // reserve withholds from the key's lease what its absent holders'
@@ -257,7 +258,11 @@ func retryAfter(r *rules.Rule, need int64) time.Duration {
 // dropped (see above).
 func (s *Store) release(ret *store.Return) {
 	s.lost.Add(max(ret.Tokens, 0))
-	s.keys.leave(lenderID{ret.Rule.Base().Name, ret.Key}, ret.Node, s.clk.Mono())
+	id, now := lenderID{ret.Rule.Base().Name, ret.Key}, s.clk.Mono()
+	s.keys.leave(id, ret.Node, now)
+	if k := s.mgr.Table(ret.Rule.Base()).Lookup(ret.Key); k != nil {
+		s.sayBelow(k, id, now) // (the node's part leaves the region's demand)
+	}
 }
 
 // check decides cost tokens of a global key from the region's lease, all

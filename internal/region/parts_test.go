@@ -106,7 +106,9 @@ func TestRegionTellsWhatItsNodesHold(t *testing.T) {
 // or not, as busy nodes do. The region asks the parent for a share by what
 // they say, 1.1 times their 200/s, not by how often they ask (100 batches
 // of 50 a second, which it would read as 5,000/s): another holder at the
-// parent that asks for the whole rate is lent the rest, 780/s.
+// parent that asks for the whole rate is lent the rest, 780/s. Once both
+// nodes have given the key back, the region's demand goes with them: the
+// other holder is lent the whole rate within 600 ms.
 func TestRegionAsksByItsNodesDemand(t *testing.T) {
 	tr := newTree(t, 1)
 	g, _ := tr.set.Get("g")
@@ -137,5 +139,24 @@ func TestRegionAsksByItsNodesDemand(t *testing.T) {
 	t.Logf("the other holder's shares beside the region: %v", rates)
 	if last := rates[len(rates)-1]; last < 770 || last > 790 {
 		t.Errorf("the other holder is lent %.0f/s beside the region, want 780 (the region holding 1.1 of its nodes' 200/s)", last)
+	}
+	ask("n1", 150)
+	ask("n2", 50)
+	if err := rs.Release(context.Background(), []store.Return{{Rule: g, Key: "k", Node: "n1"}, {Rule: g, Key: "k", Node: "n2"}}); err != nil {
+		t.Fatal(err)
+	}
+	var after []float64
+	for deadline := time.Now().Add(600 * time.Millisecond); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		got, err := tr.parent.Acquire(context.Background(), []store.AcquireRequest{{Rule: g, Key: "k", Node: "other", WantRate: 1000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after = append(after, got[0].Rate); got[0].Rate == 1000 {
+			break
+		}
+	}
+	t.Logf("after the nodes gave the key back: %v", after)
+	if after[len(after)-1] != 1000 {
+		t.Errorf("the other holder is lent %v/s 600 ms after the region's nodes gave the key back, want the whole rate", after[len(after)-1])
 	}
 }
