@@ -119,11 +119,17 @@ func (k *KeyLease) demandRate(e *env) float64 {
 		return d
 	}
 	rate, fast := float64(k.est.rate), float64(k.est.fast)
-	if (fast > 2*rate || fast < rate/2) && max(fast, rate)*(2*e.cfg.Sweep).Seconds() >= 4 {
+	if (fast > 2*rate || fast < rate/2) && e.fewRequests(max(fast, rate)) {
 		return fast
 	}
 	return rate
 }
+
+// fewRequests reports whether a rate of rate tokens a second makes the
+// few requests (four) over the fast estimate's window (two sweeps) that it
+// takes to be read: a slow key's fast estimate swings between nothing and
+// several times its rate.
+func (e *env) fewRequests(rate float64) bool { return rate*(2*e.cfg.Sweep).Seconds() >= 4 }
 
 // quietAfter is how long after its last demand a key is quiet.
 func (k *KeyLease) quietAfter(e *env) time.Duration {

@@ -189,7 +189,7 @@ func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) float64 {
 	// node), but only once it rests on a few requests: a slow key's fast
 	// estimate swings between nothing and several times its rate.
 	rate, fast := float64(k.est.rate), float64(k.est.fast)
-	if fast > 2*rate && fast*(2*e.cfg.Sweep).Seconds() >= 4 {
+	if fast > 2*rate && e.fewRequests(fast) {
 		rate = fast
 	}
 	// A key's estimate swings by chance (a Poisson flow's EWMA by half at
