@@ -166,32 +166,37 @@ func (st *state) markBack(r *rules.Rule, req *AcquireRequest, prev holder, had b
 }
 
 // windowReserve is what a window keeps back for the holders that may fall
-// back in it: l/n each for each whose lease ended by the window's start (a
-// node does not fall back in a window in which it held a lease) and whose
-// absence lasts past now, and for each back in this window what is left of
-// its l/n. A fixed window's lease ends with its window, if not before: its
-// holder may fall back from the next one.
+// back in it (holder.windowReserved, summed).
 func (st *state) windowReserve(r *rules.Rule, now, start int64) float64 {
-	if mutate.On(mutate.ForgiveLate) {
-		return 0
-	}
-	a, p := absenceUS(r), periodUS(r)
-	epoch := start / p
 	var xs []float64
 	for _, h := range st.holders {
-		if !h.known(now, a) {
-			continue
-		}
-		share := float64(r.Limit) / float64(h.shareN())
-		end := min(h.until, (h.epoch+1)*p) // a window's lease ends with its window
-		switch {
-		case end <= start:
-			xs = append(xs, share)
-		case h.back > 0 && h.epoch == epoch:
-			xs = append(xs, math.Max(share-h.backUsed, 0))
+		if x := h.windowReserved(r, now, start); x > 0 {
+			xs = append(xs, x)
 		}
 	}
 	return sortedSum(xs)
+}
+
+// windowReserved is what the window starting at start keeps back at now
+// for h: its l/n if its lease ended by the window's start (a node does not
+// fall back in a window in which it held a lease) and its absence lasts
+// past now, or what is left of its l/n if it is back in this window. A
+// fixed window's lease ends with its window, if not before: its holder may
+// fall back from the next one.
+func (h holder) windowReserved(r *rules.Rule, now, start int64) float64 {
+	a, p := absenceUS(r), periodUS(r)
+	if !h.known(now, a) || mutate.On(mutate.ForgiveLate) {
+		return 0
+	}
+	share := float64(r.Limit) / float64(h.shareN())
+	end := min(h.until, (h.epoch+1)*p) // a window's lease ends with its window
+	switch {
+	case end <= start:
+		return share
+	case h.back > 0 && h.epoch == start/p:
+		return math.Max(share-h.backUsed, 0)
+	}
+	return 0
 }
 
 // keptUntil is when the last holder's absence ends, 0 without holders: a

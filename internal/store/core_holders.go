@@ -242,6 +242,18 @@ func fairGrant(avail, want int64, others []int64) int64 {
 	return g
 }
 
+// unmet records what a window holder's request was not lent as its want:
+// a window's room does not refill, so a holder lent all it asked has no
+// claim on the rest of the window until it asks again. Water-filled at its
+// whole want, every holder renewing in turn would take a share of what the
+// others, already served, were deemed to want, and a window's last room
+// would be lent an eighth of it at a time, too late to be spent.
+func (st *state) unmet(node string, want int64) {
+	h := st.holders[node]
+	h.want = max(want, 0)
+	st.holders[node] = h
+}
+
 // lent adds a grant to what the holder may give back.
 func (st *state) lent(node string, g int64) {
 	h := st.holders[node]

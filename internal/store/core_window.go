@@ -80,6 +80,7 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 		held -= float64(credited)
 	}
 	prev, had := st.holders[req.Node]
+	kept := prev.windowReserved(r, now, start)
 	added := st.window.debit(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
 	st.window.settle(r, req.Settled)
 	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, epoch, req.FallbackNodes)
@@ -89,9 +90,21 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	// returns are on their way (core_absence.go).
 	reserve := st.windowReserve(r, now, start)
 	used += reserve
-	g := fairGrant(int64(math.Floor(math.Max(limit-used, 0))), req.Want, others)
+	avail := int64(math.Floor(math.Max(limit-used, 0)))
+	g := fairGrant(avail, req.Want, others)
+	// A holder the window kept its l/n back for, renewing from a lease (not
+	// back from its fallback), is lent at least that l/n, as far as the
+	// room allows: it was kept for this holder. Water-filled beside the
+	// others' wants, it would get a share of the unreserved room only, and
+	// a fleet renewing at a window's start would be lent a window's room
+	// an eighth of the rest at a time (8 nodes 200 ms away: 15 tokens of a
+	// window of 1,000 first, 0.87 of the ideal).
+	if had && req.Consumed <= 0 && !req.OnFallback {
+		g = max(g, min(req.Want, int64(kept), avail))
+	}
 	st.window.count += float64(g)
 	st.lent(req.Node, g)
+	st.unmet(req.Node, req.Want-g)
 	// Back from its fallback, it keeps the rest of its l/n in this window
 	// until its next request: it admits on it until this answer arrives,
 	// and pays for that from this grant first.

@@ -239,23 +239,31 @@ local function share_n(h)
   return h[9]
 end
 
--- window_reserve is core_absence.go's windowReserve: l/n for each absent
--- holder that may fall back in the window starting at start, and for each
--- back in it what is left of its l/n. A window's leases end with their
--- window.
+-- window_reserved is core_absence.go's holder.windowReserved: what the
+-- window starting at start keeps back at now for h, l/n if its lease ended
+-- by the window's start, or what is left of its l/n if it is back in it.
+local function window_reserved(h, now, start)
+  if h == nil or h[1] + absence <= now then
+    return 0
+  end
+  local share = limit / share_n(h)
+  if min(h[1], (h[8] + 1) * period) <= start then
+    return share
+  elseif h[13] and h[8] == start / period then
+    return max(share - h[15], 0)
+  end
+  return 0
+end
+
+-- window_reserve is core_absence.go's windowReserve: window_reserved summed
+-- over the holders.
 local function window_reserve(st, now, start)
   local xs
-  local epoch = start / period
   for _, h in pairs(st.holders) do
-    if h[1] + absence > now then
-      local share = limit / share_n(h)
-      if min(h[1], (h[8] + 1) * period) <= start then
-        xs = xs or {}
-        xs[#xs + 1] = share
-      elseif h[13] and h[8] == epoch then
-        xs = xs or {}
-        xs[#xs + 1] = max(share - h[15], 0)
-      end
+    local x = window_reserved(h, now, start)
+    if x > 0 then
+      xs = xs or {}
+      xs[#xs + 1] = x
     end
   end
   return sorted_sum(xs)

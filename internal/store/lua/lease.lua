@@ -125,6 +125,12 @@ local function lent(st, node, g)
   h[7] = h[7] + g
 end
 
+-- unmet is core_holders.go's unmet: what a window holder's request was not
+-- lent is its want.
+local function unmet(st, node, want)
+  st.holders[node][2] = max(want, 0)
+end
+
 -- remember records what the holder's request was granted, under its
 -- sequence number, for replay.
 local function remember(st, req, granted)

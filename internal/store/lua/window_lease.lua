@@ -36,6 +36,7 @@ local function acquire(now, req)
     held = held - credited
   end
   local prev = st.holders[req.node]
+  local kept = window_reserved(prev, now, start)
   local added = debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
   settle_window(st, req.settled)
   local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
@@ -43,9 +44,16 @@ local function acquire(now, req)
   -- not lent (core_absence.go).
   local reserve = window_reserve(st, now, start)
   local used = used_at(st, at, start) + reserve
-  local g = fair_grant(floor(max(limit - used, 0)), req.want, others)
+  local avail = floor(max(limit - used, 0))
+  local g = fair_grant(avail, req.want, others)
+  -- A holder renewing from a lease is lent at least the l/n the window
+  -- kept back for it, as far as the room allows (core_window.go).
+  if prev and req.consumed <= 0 and not req.on_fallback then
+    g = max(g, min(req.want, floor(kept), avail))
+  end
   st.t = st.t + g
   lent(st, req.node, g)
+  unmet(st, req.node, req.want - g)
   mark_back(st, req, prev, now, epoch, added, true)
   remember(st, req, g)
   local remaining = floor(max(limit - used - g, 0))

@@ -133,6 +133,7 @@ func Run(t *testing.T, h Harness) {
 		{"SlidingWindowLeaseEndsWithWindow", testSlidingWindowLease},
 		{"FixedWindowDropsOldReturns", testFixedWindowOldReturn},
 		{"SlidingWindowCountsPrevious", testSlidingWindow},
+		{"WindowStartAndEnd", testWindowStartAndEnd},
 		{"FixedWindowSurvivesClockStepBack", testFixedWindowStepBack},
 		{"SlidingWindowSurvivesClockStepBack", testSlidingWindowStepBack},
 		{"SlidingLogSurvivesClockStepBack", testSlidingLogStepBack},
