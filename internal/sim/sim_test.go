@@ -111,6 +111,9 @@ var regressions = []uint64{
 	// and back out of, which it never decided in, was taken for the window
 	// it kept, on the strength of leases it had lent before spent there.
 	98100,
+	// A node crashed after falling back in a window and, back under its
+	// name with a fresh sequence, was lent the l/n kept for its fallback.
+	319839,
 }
 
 // TestSeeds runs the simulator over many seeds: every bound must hold in

@@ -82,6 +82,13 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	prev, had := st.holders[req.Node]
 	kept := prev.windowReserved(r, now, start)
 	added := st.window.debit(r, st.capConsumed(r, req.Node, now, req.Consumed, req.ConsumedAge), req.ConsumedAge, at, start)
+	if restarted(prev, had, req) {
+		// What its fallback may have admitted in this window before it
+		// restarted, the l/n kept back for it, nothing will report: the
+		// window counts it spent (a node crashed after falling back in a
+		// window of 20, back as new, was lent it again: 21).
+		st.window.count += kept
+	}
 	st.window.settle(r, req.Settled)
 	others, holders, told := st.hold(r, req.Node, req.Want, req.WantRate, now, ttl, held, epoch, req.FallbackNodes)
 	used := st.window.used(r, at, start)
@@ -98,8 +105,9 @@ func (st *state) acquireWindow(r *rules.Rule, now, ttl int64, req *AcquireReques
 	// others' wants, it would get a share of the unreserved room only, and
 	// a fleet renewing at a window's start would be lent a window's room
 	// an eighth of the rest at a time (8 nodes 200 ms away: 15 tokens of a
-	// window of 1,000 first, 0.87 of the ideal).
-	if had && req.Consumed <= 0 && !req.OnFallback {
+	// window of 1,000 first, 0.87 of the ideal). Renewing is its request
+	// next after the last the store applied (not restarted).
+	if had && req.Seq > 0 && req.Seq == prev.seq+1 && req.Consumed <= 0 && !req.OnFallback {
 		g = max(g, min(req.Want, int64(kept), avail))
 	}
 	st.window.count += float64(g)
@@ -212,4 +220,16 @@ func (st *state) checkWindow(r *rules.Rule, now, cost int64) Decision {
 	}
 	st.expires = max(start+2*p+r.Lease.TTL.Microseconds(), st.keptUntil(r))
 	return d
+}
+
+// restarted reports whether req comes from a holder the store knew (prev)
+// under a sequence not next to its last applied one, and reports nothing:
+// a node restarted under its name, which numbers its requests afresh
+// (lease.nextSeq) and has forgotten what its fallback admitted before. A
+// request the store never saw leaves a gap too, and is taken for a
+// restart: a window then counts what it kept for the holder as spent,
+// accuracy lost, never a bound. Requests without a sequence (nodes before
+// the field) are never taken for one.
+func restarted(prev holder, had bool, req *AcquireRequest) bool {
+	return had && req.Seq > 0 && prev.seq > 0 && req.Seq != prev.seq+1 && req.Consumed <= 0 && !req.OnFallback
 }

@@ -38,6 +38,11 @@ local function acquire(now, req)
   local prev = st.holders[req.node]
   local kept = window_reserved(prev, now, start)
   local added = debit_window(st, cap_consumed(st, limit, req.node, now, req.consumed, req.age), req.age, at, start)
+  -- A holder restarted under its name (core_window.go's restarted): what
+  -- its fallback may have admitted here before, kept for it, counts spent.
+  if prev and req.seq > 0 and prev[5] > 0 and req.seq ~= prev[5] + 1 and req.consumed <= 0 and not req.on_fallback then
+    st.t = st.t + kept
+  end
   settle_window(st, req.settled)
   local others, holders, told = hold(st, req.node, req.want, req.want_rate, now, held, epoch)
   -- What the absent holders may admit on their fallback in this window is
@@ -46,9 +51,10 @@ local function acquire(now, req)
   local used = used_at(st, at, start) + reserve
   local avail = floor(max(limit - used, 0))
   local g = fair_grant(avail, req.want, others)
-  -- A holder renewing from a lease is lent at least the l/n the window
-  -- kept back for it, as far as the room allows (core_window.go).
-  if prev and req.consumed <= 0 and not req.on_fallback then
+  -- A holder renewing from a lease (its request next after the last
+  -- applied) is lent at least the l/n the window kept back for it, as far
+  -- as the room allows (core_window.go).
+  if prev and req.seq > 0 and req.seq == prev[5] + 1 and req.consumed <= 0 and not req.on_fallback then
     g = max(g, min(req.want, floor(kept), avail))
   end
   st.t = st.t + g

@@ -71,9 +71,15 @@ func bucketRule(t *testing.T, capacity int64) *rules.Rule {
 
 func acquire(t *testing.T, s store.Store, r *rules.Rule, key, node string, want, consumed int64) store.Lease {
 	t.Helper()
-	ls, err := s.Acquire(context.Background(), []store.AcquireRequest{{Rule: r, Key: key, Node: node, Want: want, Consumed: consumed}})
+	return acquireReq(t, s, store.AcquireRequest{Rule: r, Key: key, Node: node, Want: want, Consumed: consumed})
+}
+
+// acquireReq sends one request, which must succeed, and returns its lease.
+func acquireReq(t *testing.T, s store.Store, req store.AcquireRequest) store.Lease {
+	t.Helper()
+	ls, err := s.Acquire(context.Background(), []store.AcquireRequest{req})
 	if err != nil {
-		t.Fatalf("Acquire(%s, want %d, consumed %d): %v", node, want, consumed, err)
+		t.Fatalf("Acquire(%s, want %d, consumed %d): %v", req.Node, req.Want, req.Consumed, err)
 	}
 	if len(ls) != 1 {
 		t.Fatalf("Acquire returned %d leases for 1 request", len(ls))
