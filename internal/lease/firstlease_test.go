@@ -156,3 +156,44 @@ func TestNewKeyServedAfterATimeoutNeverFellBack(t *testing.T) {
 			}},
 	})
 }
+
+// The demand that waited on a key's first lease is read over the wait: 50
+// requests over 200 ms are 250 a second, not a surge of 50 in the instant
+// the waiters decide again (sampled at the answer, the wait read as no
+// demand and the next request said 2,439/s, its lease ten times what the
+// key could spend).
+func TestFirstLeaseReadsWhatWaitedOverTheWait(t *testing.T) {
+	g := newRig(t, nil)
+	steps := []step{{name: "t0: a new key's first request leaves", at: 0,
+		do: func(g *rig) { g.decide("win", "k", 1) }}}
+	for i := 1; i < 50; i++ {
+		at := time.Duration(i) * 4 * time.Millisecond
+		steps = append(steps, step{name: fmt.Sprintf("t%d: another waits", i), at: at,
+			do: func(g *rig) { g.decide("win", "k", 1) }})
+	}
+	steps = append(steps, step{name: "t200ms: answered; the 50 decide again", at: 200 * time.Millisecond,
+		do: func(g *rig) {
+			g.answer()
+			k := g.key("win", "k")
+			for range 50 {
+				k.Decide(1, g.now(), g.clk.Now(), 1, AfterWait)
+			}
+			g.turn()
+		}},
+		step{name: "t201ms: the next request says about 250/s", at: 201 * time.Millisecond,
+			do: func(g *rig) { g.key("win", "k").WantRefill(); g.turn() },
+			want: func(g *rig) error {
+				req, err := g.last("k")
+				if err != nil {
+					return err
+				}
+				if len(g.requests("k")) < 2 {
+					return fmt.Errorf("%d requests, want a second", len(g.requests("k")))
+				}
+				if req.Demand < 125 || req.Demand > 500 {
+					return fmt.Errorf("demand %.0f/s, want about 250", req.Demand)
+				}
+				return nil
+			}})
+	g.run(steps)
+}

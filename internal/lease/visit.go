@@ -105,13 +105,16 @@ func (c *Core) arm(k *KeyLease, now mono) {
 }
 
 // settled follows a key whose request has been answered (or has failed):
-// a key of a rule that went leaves; the others get their deadlines.
-func (c *Core) settled(k *KeyLease, now mono) {
+// a key of a rule that went leaves; the others get their deadlines, and
+// are sampled unless told not to (a first grant: Core.Answer).
+func (c *Core) settled(k *KeyLease, now mono, sample bool) {
 	if k.table.gone.Load() {
 		c.visit(k, now)
 		return
 	}
-	c.taken(k, k.sample(&c.env, now)) // a key that was not sampled meanwhile
+	if sample {
+		c.taken(k, k.sample(&c.env, now)) // a key that was not sampled meanwhile
+	}
 	c.share(k, now)
 	c.arm(k, now)
 }
