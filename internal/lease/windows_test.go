@@ -266,3 +266,51 @@ func TestMixedReportIsDatedByItsNewestPartForAWindow(t *testing.T) {
 		}
 	}
 }
+
+// A window key asks for no more than its demand could spend before the
+// store's window ends, its tokens arriving a round trip after it asks, and
+// reckons the end at the latest its estimate of the store's clock allows.
+// Rule win: 100 a second; the round trip 200 ms; the lease size 100.
+func TestWindowWantIsWhatTheRestOfTheWindowCouldSpend(t *testing.T) {
+	const rtt = 200 * time.Millisecond
+	g := newRig(t, func(c *Config) { c.RoundTrip = func() time.Duration { return rtt } })
+	win, bucket := g.table("win").Rule(), g.table("r").Rule()
+	now := monoAt(g.now())
+	// at places the node's now at pos into the store's window, the store's
+	// clock known within spread after it.
+	at := func(pos, spread time.Duration) {
+		lo := pos - now.sinceOrigin()
+		g.core.windows.Store(&fallback.Windows{Lo: lo, Hi: lo + spread, Known: true})
+	}
+	for _, c := range []struct {
+		name      string
+		pos       time.Duration // into the window, on the store's clock at its earliest
+		spread    time.Duration
+		unknown   bool
+		token     bool
+		demand    float64
+		want, got int64
+	}{
+		{name: "the window's start: 0.8 s to spend 50/s and a tenth more in (44, its float rounded up)", pos: 0, demand: 50, want: 100, got: 45},
+		{name: "its middle: 0.3 s", pos: 500 * time.Millisecond, demand: 50, want: 100, got: 17},
+		{name: "the clock known within 200 ms: the earliest (most left) counts", pos: 200 * time.Millisecond, spread: rtt, demand: 50, want: 100, got: 33},
+		{name: "a demand the rest could spend whole: the want", pos: 0, demand: 1000, want: 100, got: 100},
+		{name: "the answer would arrive after the end: the next window's, the want", pos: 850 * time.Millisecond, demand: 50, want: 100, got: 100},
+		{name: "little left, a little demand: one token", pos: 790 * time.Millisecond, demand: 1, want: 100, got: 1},
+		{name: "no demand measured (a first request): the want", pos: 0, demand: 0, want: 100, got: 100},
+		{name: "the windows unknown: the want", unknown: true, demand: 50, want: 100, got: 100},
+		{name: "a token bucket: the want", token: true, demand: 50, want: 100, got: 100},
+	} {
+		r := win
+		if c.token {
+			r = bucket
+		}
+		at(c.pos, c.spread)
+		if c.unknown {
+			g.core.windows.Store(nil)
+		}
+		if got := g.core.windowWant(r, c.want, c.demand, now); got != c.got {
+			t.Errorf("%s: want %d cut to %d, want %d", c.name, c.want, got, c.got)
+		}
+	}
+}
