@@ -32,10 +32,12 @@ func fleetWorld(t *testing.T, yaml string, rtt time.Duration, mult float64, leng
 			s := sc.Load.add(sc, r, i, "k", mult*r.Rate()/8, 0, length)
 			s.paced = paced
 			// The fleet tests ask one token at a time; the world groups
-			// tokens into costs, but no larger than what a node's share
-			// pools (a tenth of a second of it), which a cost above it
-			// could never be paid from.
-			if pool := int64(max(r.Rate()/8*0.1, 1)); s.cost > pool {
+			// tokens into costs, but no larger than a quarter of what a
+			// node's share pools (a tenth of a second of it): a cost the
+			// size of the pool waits for it to fill whole, and lost what
+			// the pool's cap let overflow meanwhile (1000/s at 50x, 200
+			// ms: 0.967 with costs of 12, 0.986 with 4 or 1).
+			if pool := int64(max(r.Rate()/8*0.1/4, 1)); s.cost > pool {
 				s.rate, s.cost = s.rate*float64(s.cost)/float64(pool), pool
 			}
 		}
@@ -84,4 +86,58 @@ func TestFleetScenarios(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFleetWindows plays the fleet tests' fixed window (1000 a second,
+// eight nodes) in the world: at 2x and 50x, and at 2x with quiet periods
+// (3 s cycles, busy their first half: each busy stretch opens a window
+// after a quiet one, and ends in the middle of the next). Every bound
+// holds, and a paced load reaches the accuracy target but where it is
+// known short (windowShort); there it is held to the floor that says
+// what it is.
+func TestFleetWindows(t *testing.T) {
+	const yaml = "  - {name: r, algorithm: fixed_window, limit: 1000, period: 1s, lease: {ttl: 2s}}\n"
+	for _, rtt := range []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond} {
+		for _, load := range []string{"x2", "x50", "x2-quiet"} {
+			t.Run(fmt.Sprintf("%v/%s", rtt, load), func(t *testing.T) {
+				t.Parallel()
+				mult := map[string]float64{"x2": 2, "x50": 50, "x2-quiet": 2}[load]
+				sc := fleetWorld(t, yaml, rtt, mult, 30*time.Second, true)
+				if load == "x2-quiet" {
+					for _, s := range sc.Load.streams {
+						s.period, s.duty, s.rate = 3*time.Second, 0.5, 2*s.rate
+					}
+				}
+				res := RunScenario(1, sc)
+				if len(res.Violations) > 0 || !res.Report.Calm {
+					t.Errorf("%s", res)
+				}
+				want := 0.97
+				if floor, why := windowShort(rtt, load); why != "" {
+					t.Logf("SHORT OF TARGET, known: admitted/ideal %.3f, target %.2f, held to %.2f: %s", res.Report.Ratio, want, floor, why)
+					want = floor
+				}
+				if res.Report.Ratio < want {
+					t.Errorf("admitted/ideal %.3f, want at least %.2f\n%s", res.Report.Ratio, want, res)
+				}
+			})
+		}
+	}
+}
+
+// windowShort says why a case of TestFleetWindows is known to fall short
+// of its target, and the floor it is held to instead: "" for none. Each is
+// open (docs/bounds.md, "A fixed window's start").
+func windowShort(rtt time.Duration, load string) (float64, string) {
+	switch {
+	case rtt < 200*time.Millisecond:
+		return 0, ""
+	case load == "x2-quiet":
+		return 0.90, "a busy stretch's second window has its tokens only a round trip after it opens, and the load ends in its middle " +
+			"with leases unspent (0.943; 0.71 while a first lease's estimate read the wait's demand as a surge)"
+	case load == "x2":
+		return 0.95, "each window's first round trip passes before its first tokens arrive, and its last leases die unspent " +
+			"(0.968 here; the fleet's real run 0.99)"
+	}
+	return 0, ""
 }
