@@ -29,11 +29,7 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 	}
 	k.central.Store(max(g.Remaining, 0))
 	c.sawHolders(g.Holders, now)
-	// A want cut to what the window's rest could spend counts as short: a
-	// refusal after it is the window running out, not a lease too small,
-	// and doubling the lease for it had the key ask the next window for
-	// four times what it spends (sample).
-	k.req.short = g.Granted < f.want || f.windowCut
+	k.req.short = g.Granted < f.want
 	if k.served.Load() == 0 {
 		// The key's first grant: the demand its first request asked for
 		// waited on it, and decides again now; sampled as refused, it

@@ -46,9 +46,6 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 			// first request and left it to die unspent.)
 			f.want = min(max(f.want, k.demand.Load()), r.Lease.Max)
 		}
-		if w := k.table.c.windowWant(r, f.want, f.demand, now); w < f.want {
-			f.want, f.windowCut = w, true
-		}
 		f.consumed, f.age = k.takeConsumed(now)
 		f.settled = k.debt.Swap(0)
 		// How long it has held no more than it holds: since the last Turn

@@ -51,7 +51,6 @@ type flight struct {
 	heldFor                 time.Duration
 	seq                     uint64
 	onFallback              bool // sent while the allocator was taken for down
-	windowCut               bool // its want cut to what the window's rest could spend (windowWant)
 }
 
 // rateShare is the share of the rule's rate a key earns (share.go): tokens

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"math"
 	"time"
 
 	"github.com/allot-dev/allot/internal/fallback"
@@ -60,41 +59,4 @@ func (c *Core) Windows(guess time.Duration) fallback.Windows {
 	c.guess.CompareAndSwap(nil, &guess)
 	g := *c.guess.Load()
 	return fallback.Windows{Lo: g, Hi: g}
-}
-
-// windowHeadroom is how much more than its demand's estimate a window key
-// may ask for what is left of its window: an estimate trails a rising
-// demand, and a key short of tokens asks again a round trip later.
-const windowHeadroom = 1.1
-
-// windowWant caps a window key's want at what its demand could spend before
-// the store's window ends: a window's tokens die with it, and arrive a
-// round trip after their request leaves. A node asking for a lease's worth
-// it could not spend took the room its neighbours would have spent (8 nodes
-// 200 ms away, each busy at 500/s after a quiet window: the first to renew
-// was lent 499 with 0.6 s of the window left, spent 240, and five of the
-// eight were lent nothing). The window's end is reckoned at the latest the
-// node's estimate of the store's clock allows (its Lo: the most time
-// left), so the cap never asks less than the demand could spend. No cap
-// while the windows are unknown, a calendar period's, or when the answer
-// would arrive after the window ends (the request may then be the next
-// window's); nor with no demand measured (a first request).
-func (c *Core) windowWant(r *rules.Rule, want int64, demand float64, now mono) int64 {
-	if r.Algorithm == rules.TokenBucket || r.IsCalendar() || r.Period <= 0 || demand <= 0 || want <= 1 {
-		return want
-	}
-	w := c.windows.Load()
-	if w == nil || !w.Known {
-		return want
-	}
-	p := r.Period
-	in := (now.sinceOrigin() + w.Lo) % p
-	if in < 0 {
-		in += p
-	}
-	spend := p - in - c.env.roundTrip()
-	if spend <= 0 {
-		return want
-	}
-	return min(want, max(int64(math.Ceil(windowHeadroom*demand*spend.Seconds())), 1))
 }
