@@ -134,7 +134,7 @@ func windowShort(rtt time.Duration, load string) (float64, string) {
 		return 0, ""
 	case load == "x2-quiet":
 		return 0.90, "a busy stretch's second window has its tokens only a round trip after it opens, and the load ends in its middle " +
-			"with leases unspent (0.943; 0.71 while a first lease's estimate read the wait's demand as a surge)"
+			"with leases unspent (0.935; 0.71 while a first lease's estimate read the wait's demand as a surge)"
 	case load == "x2":
 		return 0.95, "each window's first round trip passes before its first tokens arrive, and its last leases die unspent " +
 			"(0.968 here; the fleet's real run 0.99)"
