@@ -91,6 +91,9 @@ func (c *Core) arm(k *KeyLease, now mono) {
 	if !next.After(now) { // busy (a request on its way): look again later
 		next = now.Add(k.Rule().Lease.TTL / 2)
 	}
+	if s := mono(k.served.Load()); k.Rule().Algorithm != rules.TokenBucket && s.After(now) {
+		next = min(next, s) // an idle window key leaves once its lease is over (idle)
+	}
 	if at, ok := k.spans.next(); ok {
 		// Tokens die at their lease's end, also when the key is busy (its
 		// idle deadline passed, a request on its way): put off by the busy
@@ -168,7 +171,13 @@ func (c *Core) expire(k *KeyLease, now mono) {
 		k.req.unused += got
 		k.req.unusedEpoch = k.win.epoch.Load()
 		// They go at once, whatever the key's next request waited for: the
-		// lease ends at the store about a sweep from now.
+		// lease ends at the store about a sweep from now. A window key
+		// with no demand since its idle period began leaves instead, its
+		// Release carrying them: it stayed only while its lease might be
+		// in force (idle), and renewing, it would stay for good.
+		if k.Rule().Algorithm != rules.TokenBucket && now.Sub(k.est.lastActive) >= k.idleAfter() {
+			return
+		}
 		k.raise(bitQueued)
 		c.schedule(k, now)
 	}

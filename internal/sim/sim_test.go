@@ -114,10 +114,10 @@ var regressions = []uint64{
 	// A node crashed after falling back in a window and, back under its
 	// name with a fresh sequence, was lent the l/n kept for its fallback.
 	319839,
-	// Open, passing by its timings: a window key cut off, its Release
-	// lost, and the key made again on a full fallback allowance in a
-	// window its lease had been counted in (21 of 20 with 53cad91's cap
-	// on window wants, reverted).
+	// A window key left while its lease was in force, its Release lost to
+	// a cut, and was made again on a full fallback allowance in the window
+	// the store counted its lease in (21 of 20, with 53cad91's cap on
+	// window wants, since reverted, moving the timings).
 	303679,
 }
 
