@@ -153,7 +153,7 @@ func (c *Core) send(keys []*KeyLease, now mono) {
 		f := k.request(&c.env, now)
 		reqs[i] = Request{Rule: k.table.name, Key: k.key, Want: f.want, Consumed: f.consumed, ConsumedAge: f.age, Settled: f.settled,
 			WantRate: f.wantRate, Returned: f.returned, ReturnedEpoch: f.returnedEpoch, Held: f.held, HeldFor: f.heldFor, Seq: f.seq,
-			FallbackNodes: k.saysFallbackNodes(), OnFallback: f.onFallback, Demand: f.demand}
+			FallbackNodes: k.saysFallbackNodes(), OnFallback: f.onFallback, Demand: f.demand, WantRateNodes: f.wantRateNodes}
 	}
 	c.acquiring.Add(1)
 	call := &Call{Requests: reqs, Timeout: max(c.cfg.RPCTimeout, 3*c.roundTrip()), keys: keys}

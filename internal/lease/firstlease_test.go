@@ -197,3 +197,55 @@ func TestFirstLeaseReadsWhatWaitedOverTheWait(t *testing.T) {
 			}})
 	g.run(steps)
 }
+
+// A key's first request, far from the allocator, asks for its node's part
+// of the rule's rate at once, and says what it divided by: the node may be
+// the first of a cold fleet, which counts itself alone, and the allocator,
+// which counts the live nodes, divides by its count instead
+// (Request.WantRateNodes). Its later requests ask by the demand they
+// measure, and say nothing of it. (Rule r, 1000/s; four nodes known;
+// 300 ms away.)
+func TestFirstAskSaysWhatItDividedBy(t *testing.T) {
+	g := newRig(t, func(c *Config) {
+		c.Nodes = func() int { return 4 }
+		c.RoundTrip = func() time.Duration { return 300 * time.Millisecond }
+	})
+	asked := func(rate float64, nodes int) func(*rig) error {
+		return func(g *rig) error {
+			r, err := g.last("k")
+			if err != nil {
+				return err
+			}
+			if r.WantRate != rate || r.WantRateNodes != nodes {
+				return fmt.Errorf("last request asks %v/s divided by %d, want %v/s by %d", r.WantRate, r.WantRateNodes, rate, nodes)
+			}
+			return nil
+		}
+	}
+	g.run([]step{
+		{name: "t0: the first request asks a quarter of the rate, divided by 4", at: 0,
+			do:   func(g *rig) { g.decide("r", "k", 1) },
+			want: asked(250, 4)},
+		{name: "t1: answered; busy for a second, its next requests ask by what it measured", at: time.Millisecond,
+			do: func(g *rig) {
+				g.answer()
+				for at := 2 * time.Millisecond; at <= time.Second; at += 2 * time.Millisecond {
+					g.through(at)
+					g.decide("r", "k", 1)
+					g.answer()
+				}
+			},
+			want: func(g *rig) error {
+				reqs := g.requests("k")
+				if len(reqs) < 2 {
+					return fmt.Errorf("%d requests, want a renewal", len(reqs))
+				}
+				for _, r := range reqs[1:] {
+					if r.WantRateNodes != 0 {
+						return fmt.Errorf("a renewal says it divided by %d (asks %v/s), want 0", r.WantRateNodes, r.WantRate)
+					}
+				}
+				return nil
+			}},
+	})
+}

@@ -21,7 +21,8 @@ func AcquireProto(node string, reqs []Request) *allotv1.AcquireRequest {
 	for i, r := range reqs {
 		lr := &allotv1.LeaseRequest{Rule: r.Rule, Key: r.Key, Want: r.Want, Consumed: r.Consumed,
 			WantRate: r.WantRate, Returned: r.Returned, ReturnedEpoch: r.ReturnedEpoch, Seq: r.Seq,
-			FallbackNodes: uint32(min(max(r.FallbackNodes, 0), math.MaxUint32)), OnFallback: r.OnFallback, Settled: r.Settled, Demand: r.Demand}
+			FallbackNodes: uint32(min(max(r.FallbackNodes, 0), math.MaxUint32)), OnFallback: r.OnFallback, Settled: r.Settled, Demand: r.Demand,
+			WantRateNodes: uint32(min(max(r.WantRateNodes, 0), math.MaxUint32))}
 		if r.ConsumedAge > 0 {
 			lr.ConsumedAge = durationpb.New(r.ConsumedAge)
 		}

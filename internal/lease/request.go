@@ -35,7 +35,8 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 	} else {
 		r := k.Rule()
 		overflow, fullAt := k.takeOverflow()
-		f = &flight{want: k.wantTokens(), wantRate: k.wantRate(e, r, now), demand: k.demandRate(e), sent: now,
+		wantRate, perNodes := k.wantRate(e, r, now)
+		f = &flight{want: k.wantTokens(), wantRate: wantRate, wantRateNodes: perNodes, demand: k.demandRate(e), sent: now,
 			returned: overflow + k.unusedNow(), returnedEpoch: k.win.epoch.Load(), seq: k.nextSeq(e),
 			onFallback: k.mayFallBack()}
 		if !k.req.sent && !mutate.On(mutate.SizeByHistory) {

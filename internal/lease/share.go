@@ -169,21 +169,25 @@ func (k *KeyLease) settleOwed(now mono) {
 // measured: a hot new key far away cannot wait a round trip more for it.
 // Near, a key asks for its share with a later request, once its demand
 // shows it needs one (tokensSuffice): the long tail of keys touched now
-// and then does better on tokens alone.
-func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) float64 {
+// and then does better on tokens alone. A part of the rule's rate asked
+// for rather than measured says what it divided by (nodes, 0 otherwise),
+// for an allocator that counts more live nodes to divide by its count
+// (Request.WantRateNodes).
+func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) (rate float64, nodes int) {
 	if e.cfg.TokensOnly || r.Algorithm != rules.TokenBucket {
-		return 0
+		return 0, 0
 	}
 	if d, ok := k.ownerDemand(); ok {
 		// Its owner's nodes measured their callers: no pattern of requests
 		// to read through (SetDemand).
-		return min(ownerHeadroom*d, r.Rate())
+		return min(ownerHeadroom*d, r.Rate()), 0
 	}
 	switch {
 	case !k.req.sent && (k.demand.Load() >= busyAtFirst || e.farOrUnknown(k)):
-		return r.Rate() / float64(max(e.cfg.Nodes(), 1))
+		n := max(e.cfg.Nodes(), 1)
+		return r.Rate() / float64(n), n
 	case !k.req.sent, k.quiet(e, now), k.tokensSuffice(e, r):
-		return 0
+		return 0, 0
 	}
 	// The fast estimate leads when demand surges (load moving onto this
 	// node), but only once it rests on a few requests: a slow key's fast
@@ -203,7 +207,7 @@ func (k *KeyLease) wantRate(e *env, r *rules.Rule, now mono) float64 {
 	if k.req.starved {
 		want = max(want, shareHeadroom*k.shareRate())
 	}
-	return min(want, r.Rate())
+	return min(want, r.Rate()), 0
 }
 
 // tokensSuffice reports whether leases of tokens serve the key as well as

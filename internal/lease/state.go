@@ -43,6 +43,7 @@ type flight struct {
 	want, consumed          int64
 	settled                 int64 // the key's debt, handed to this request (debt.go)
 	wantRate                float64
+	wantRateNodes           int     // what wantRate divided the rule's rate by, if not measured (Request.WantRateNodes)
 	demand                  float64 // the key's demand as it left, tokens/s (Request.Demand)
 	age                     time.Duration
 	sent                    mono // of the first attempt

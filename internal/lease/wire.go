@@ -39,6 +39,11 @@ type Request struct {
 	// Demand is the key's measured demand, tokens per second, whether or
 	// not it asks for a share (allotv1.LeaseRequest.demand).
 	Demand float64
+	// WantRateNodes is what WantRate divided the rule's rate by when it is
+	// not measured (a key's first request), 0 when it is: an allocator that
+	// counts more live nodes divides by its count instead
+	// (allotv1.LeaseRequest.want_rate_nodes).
+	WantRateNodes int
 }
 
 // Grant is the allocator's answer to one Request: grant.Grant, the one

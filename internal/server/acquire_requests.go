@@ -100,6 +100,21 @@ func (s *Server) acquireRequests(set *rules.Set, req *allotv1.AcquireRequest) ([
 
 type ruleKey struct{ rule, key string }
 
+// divideFirstAsks lends a request that asked for the rule's rate divided
+// by fewer nodes than this allocator counts live (want_rate_nodes, a key's
+// first request) no more than the rate divided by the count: the first
+// node of a cold fleet counts itself alone when it fetches the rules, and
+// the store, which lends a share to whoever asks first, would lend it the
+// whole rate and the others nothing until it renews (docs/bounds.md, "A
+// cold start"). A measured want is left as it is.
+func divideFirstAsks(reqs []store.AcquireRequest, lrs []*allotv1.LeaseRequest, nodes uint32) {
+	for i, lr := range lrs {
+		if said := lr.GetWantRateNodes(); said > 0 && nodes > said && reqs[i].WantRate > 0 {
+			reqs[i].WantRate = min(reqs[i].WantRate, reqs[i].Rule.Rate()/float64(nodes))
+		}
+	}
+}
+
 // maxConsumedAge bounds the age a node may claim: the store counts an age
 // up to a lease's absence at most, which is longest for the longest TTL,
 // and the cap keeps the arithmetic far from overflow.

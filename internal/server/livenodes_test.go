@@ -125,3 +125,45 @@ func testSet(t *testing.T) *rules.Set {
 	}
 	return set
 }
+
+// A key's first request asks for the rule's rate divided by the nodes the
+// node counted when it fetched the rules (want_rate_nodes): the first node
+// of a cold fleet counted itself alone. The allocator divides by its own
+// count instead, so that the first holder is lent its part and not the
+// whole rate, which would leave the others none until it renewed; a want
+// the node measured is lent as asked.
+func TestFirstAskIsDividedByTheLiveNodes(t *testing.T) {
+	set, err := rules.Parse("test", []byte("rules:\n  - {name: r, algorithm: token_bucket, limit: 1000, period: 1s, burst: 100}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	c, _ := serveWith(t, server.Config{Store: memory(t), Clock: clk, Rules: set})
+	for i := range 8 {
+		if _, err := c.GetRules(ctx(t), &allotv1.GetRulesRequest{NodeId: fmt.Sprintf("n%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rate := func(node string, lr *allotv1.LeaseRequest) float64 {
+		t.Helper()
+		resp, err := c.Acquire(ctx(t), &allotv1.AcquireRequest{NodeId: node, Requests: []*allotv1.LeaseRequest{lr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetLeases()[0].GetRate()
+	}
+	for _, step := range []struct {
+		name, node string
+		lr         *allotv1.LeaseRequest
+		want       float64
+	}{
+		{"the first node, which counted itself alone", "n0", &allotv1.LeaseRequest{Rule: "r", Key: "k", Want: 1, WantRate: 1000, WantRateNodes: 1}, 125},
+		{"the second, which counted two", "n1", &allotv1.LeaseRequest{Rule: "r", Key: "k", Want: 1, WantRate: 500, WantRateNodes: 2}, 125},
+		{"the last, which counted all eight", "n7", &allotv1.LeaseRequest{Rule: "r", Key: "k", Want: 1, WantRate: 125, WantRateNodes: 8}, 125},
+		{"a measured want on another key", "n2", &allotv1.LeaseRequest{Rule: "r", Key: "m", Want: 1, WantRate: 600}, 600},
+	} {
+		if got := rate(step.node, step.lr); got != step.want {
+			t.Errorf("%s: lent %v a second, want %v", step.name, got, step.want)
+		}
+	}
+}

@@ -124,6 +124,7 @@ func (s *Server) Acquire(ctx context.Context, req *allotv1.AcquireRequest) (*all
 		return nil, err
 	}
 	nodes := s.seen(req.GetNodeId())
+	divideFirstAsks(reqs, req.GetRequests(), nodes)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.checkNewKeys(ctx, req.GetNodeId(), reqs); err != nil {

@@ -68,6 +68,16 @@ func (a *allocator) acquire(req *allotv1.AcquireRequest) (*allotv1.AcquireRespon
 	return a.srv.Acquire(context.Background(), req)
 }
 
+// rules is a node's GetRules as it starts: the allocator counts it live
+// and answers its count of live nodes.
+func (a *allocator) rules(node string) (int, error) {
+	if in(a.down, a.w.now) {
+		return 0, errRestarting
+	}
+	resp, err := a.srv.GetRules(context.Background(), &allotv1.GetRulesRequest{NodeId: node})
+	return int(resp.GetNodes()), err
+}
+
 func (a *allocator) release(req *allotv1.ReleaseRequest) error {
 	if in(a.down, a.w.now) {
 		return errRestarting

@@ -86,6 +86,14 @@ func (n *node) boot() {
 		Nodes: n.fleetSize, TokensOnly: w.sc.TokensOnly,
 		RPCTimeout: n.callTimeout(),
 	}, n.mono())
+	// The SDK fetches the rules before it decides (client.New): the
+	// allocator counts the node live, and the node learns the count. The
+	// round trip is not played: the node's first Acquire follows it.
+	if !w.sc.RulesLate && !w.net.cut(n.i, w.now) {
+		if live, err := w.alloc.rules(n.id); err == nil {
+			n.core.SawFleet(live)
+		}
+	}
 	n.tables = map[string]*lease.Table{}
 	for _, r := range w.rules.Rules() {
 		n.apply(r)

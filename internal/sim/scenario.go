@@ -27,12 +27,19 @@ type Scenario struct {
 	// nodes; Configured sets Config.Nodes to the fleet's size; neither is
 	// a cold fleet of nodes configured with the allocators and an id only.
 	Gossip, Configured bool
-	NewIDs             bool // a node that restarts takes a new id
-	TokensOnly         bool
-	Settles            bool // requests settled after their work (scenario_settle.go)
-	Load               Load
-	Faults             Faults
-	labels, kinds      []string
+	// RulesLate: the nodes start on rules of their own (Config.Rules), their
+	// first GetRules unanswered, so the allocator counts a node only once
+	// its first Acquire arrives, and a node knows no fleet size but what
+	// its leases tell it: a cold fleet at its harshest. Otherwise a node
+	// fetches the rules as it starts, as the SDK does, and learns the
+	// allocator's count of the nodes started before it.
+	RulesLate     bool
+	NewIDs        bool // a node that restarts takes a new id
+	TokensOnly    bool
+	Settles       bool // requests settled after their work (scenario_settle.go)
+	Load          Load
+	Faults        Faults
+	labels, kinds []string
 }
 
 // Link is the network between each node and the allocator, one way.
@@ -116,8 +123,16 @@ func NewScenario(seed uint64) *Scenario {
 	s.Faults = drawFaults(rng, s)
 	drawSlots(seed, s)
 	drawSettle(seed, s)
+	// (Drawn apart, as slots and settling are, to leave the other draws of
+	// a seed as they were.)
+	if rand.New(rand.NewPCG(seed, rulesLateSalt)).IntN(2) == 0 {
+		s.RulesLate = true
+		s.label("rules-late", "")
+	}
 	return s
 }
+
+const rulesLateSalt = 0x1a7e
 
 // drawRules draws one or two rules, every algorithm and failure mode.
 func drawRules(rng *rand.Rand, s *Scenario) *rules.Set {

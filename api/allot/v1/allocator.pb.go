@@ -290,7 +290,15 @@ type LeaseRequest struct {
 	// into its own at its parent, so that the parent splits a global rule
 	// by what the regions' callers ask, not by how often their nodes ask.
 	// 0: none measured yet, or a node before this field.
-	Demand        float64 `protobuf:"fixed64,16,opt,name=demand,proto3" json:"demand,omitempty"`
+	Demand float64 `protobuf:"fixed64,16,opt,name=demand,proto3" json:"demand,omitempty"`
+	// Set when want_rate is not measured but the rule's rate divided by this
+	// many nodes, the node's count of its fleet: a key's first request, asked
+	// before any demand shows. An allocator that counts more live nodes (see
+	// AcquireResponse.nodes) divides by its count instead, so that a node
+	// that started before the rest of a cold fleet, and counted itself alone,
+	// is not lent the whole rate while the others wait for it to renew.
+	// 0: want_rate is taken as said (measured, or a node before this field).
+	WantRateNodes uint32 `protobuf:"varint,17,opt,name=want_rate_nodes,json=wantRateNodes,proto3" json:"want_rate_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +441,13 @@ func (x *LeaseRequest) GetHeldFor() *durationpb.Duration {
 func (x *LeaseRequest) GetDemand() float64 {
 	if x != nil {
 		return x.Demand
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetWantRateNodes() uint32 {
+	if x != nil {
+		return x.WantRateNodes
 	}
 	return 0
 }
@@ -1412,7 +1427,7 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\x18allot/v1/allocator.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"]\n" +
 	"\x0eAcquireRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x122\n" +
-	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\x99\x04\n" +
+	"\brequests\x18\x02 \x03(\v2\x16.allot.v1.LeaseRequestR\brequests\"\xc1\x04\n" +
 	"\fLeaseRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1432,7 +1447,8 @@ const file_allot_v1_allocator_proto_rawDesc = "" +
 	"\n" +
 	"slots_kept\x18\x0e \x01(\x03H\x01R\tslotsKept\x88\x01\x01\x124\n" +
 	"\bheld_for\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\aheldFor\x12\x16\n" +
-	"\x06demand\x18\x10 \x01(\x01R\x06demandB\a\n" +
+	"\x06demand\x18\x10 \x01(\x01R\x06demand\x12&\n" +
+	"\x0fwant_rate_nodes\x18\x11 \x01(\rR\rwantRateNodesB\a\n" +
 	"\x05_heldB\r\n" +
 	"\v_slots_kept\"u\n" +
 	"\x0fAcquireResponse\x12'\n" +
