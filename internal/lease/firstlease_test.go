@@ -249,3 +249,38 @@ func TestFirstAskSaysWhatItDividedBy(t *testing.T) {
 			}},
 	})
 }
+
+// A key whose callers waited on its first lease is busy when the lease
+// arrives, before the woken callers decide again: the Core does not take
+// it for quiet, which would have it renew at once to give back the share
+// its first request asked for (a node's workers on a key 200 ms away did,
+// and the fleet lent each node its share a round trip later). (Rule r,
+// 1000/s, TTL 1 s; n2 holds 100/s of it; 200 ms away.)
+func TestFirstLeaseIsNotQuietWhileItsCallersWake(t *testing.T) {
+	g := newRig(t, func(c *Config) { c.RoundTrip = func() time.Duration { return 200 * time.Millisecond } })
+	k := func() *KeyLease { return g.key("r", "k") }
+	g.run([]step{
+		{name: "t0: n2 holds a share; a new key's caller waits on its first lease", at: 0,
+			do: func(g *rig) {
+				g.acquireAs("n2", "r", "k", 0, 100)
+				g.decide("r", "k", 1)
+			}},
+		{name: "t1: its answer arrives 200 ms on, with a share, before the key's first look (at a quarter of its TTL); before the Core turns, the key is busy", at: 200 * time.Millisecond,
+			do: func(g *rig) {
+				out := g.out
+				g.out = nil
+				for _, c := range out {
+					g.bring(c) // (no turn)
+				}
+			},
+			want: func(g *rig) error {
+				if rate := k().shareRate(); rate <= 0 {
+					return fmt.Errorf("share %v/s, want the one it was lent", rate)
+				}
+				if k().quiet(&g.core.env, monoAt(g.now())) {
+					return fmt.Errorf("the key is quiet: it would give its share back at once")
+				}
+				return nil
+			}},
+	})
+}

@@ -34,8 +34,13 @@ func (c *Core) grant(k *KeyLease, f *flight, g Grant, now mono) {
 		// The key's first grant: the demand its first request asked for
 		// waited on it, and decides again now; sampled as refused, it
 		// doubled the key's lease and marked it starved (a key touched
-		// once asked twice).
-		k.demand.Store(0)
+		// once asked twice). It is demand now all the same: the key is not
+		// quiet before its callers, woken, have decided again (a node's
+		// workers on a key 200 ms away were not, and the key gave back at
+		// once the share its first lease brought).
+		if k.demand.Swap(0) > 0 {
+			k.est.lastActive = now
+		}
 	}
 	k.req.starved = false // (refusals before this grant say nothing of its share)
 	// The tokens die when the lease may end at the store at the earliest,
