@@ -107,8 +107,10 @@ func (k *KeyLease) closeFallback(now mono) (int64, mono) {
 // and early enough that the answer arrives before the lease ends; the
 // renewal stays queued, so the hot path asks for nothing meanwhile. It asks
 // sooner only when it fell short and the allocator expects free tokens
-// before a TTL has passed. A key without a share asks when it runs low,
-// or, if it fell short, after retryDelay.
+// before a TTL has passed, or when it was lent all it asked and the
+// allocator had tokens left (refillsAhead): then it asks again when it runs
+// low, as a key without a share does. A key without a share asks when it
+// runs low, or, if it fell short, after retryDelay.
 func (c *Core) scheduleNext(k *KeyLease, f *flight, g Grant, now mono) {
 	r := k.Rule()
 	if g.Rate > 0 {
@@ -118,7 +120,10 @@ func (c *Core) scheduleNext(k *KeyLease, f *flight, g Grant, now mono) {
 		}
 		next = max(next, now)
 		k.notBefore.Store(int64(next))
-		c.delayed.push(k, next) // it stays queued
+		c.delayed.push(k, next)
+		if k.refillsAhead() {
+			k.lower(bitQueued) // (the renewal stays due at next as well)
+		}
 		return
 	}
 	next := now

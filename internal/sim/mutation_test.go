@@ -110,7 +110,10 @@ var mutants = []mutant{
 			return RunScenario(1, fleetScenario(t, bucket1000, 100*time.Millisecond, 1, 20*time.Second))
 		}, lost(0.03)},
 	{"7: a fresh key's leases sized by its short history", mutate.SizeByHistory,
-		func(t *testing.T) Result { return RunScenario(1, oneFreshKey(t)) }, lost(0.05)},
+		// (0.985 against 0.965: since a key whose share is a trickle asks
+		// ahead when it runs low, leases that do not double cost it a few
+		// refusals more at each, not the 0.7 of its first 200 they once did.)
+		func(t *testing.T) Result { return RunScenario(1, oneFreshKey(t)) }, lost(0.015)},
 	{"a shrinking share owes its whole flight", mutate.OweWholeOverlap,
 		func(t *testing.T) Result {
 			// (A first holder lent the whole rate: the nodes' first asks not

@@ -10,10 +10,13 @@ import (
 
 // One node, a fresh key of burst 200, requests 1 ms apart: at least 190 of
 // the first 200 pass (the centre holds the burst, nothing else spends it).
+// The world's clock gives 196 and is held to 195: a key whose share, a
+// trickle beside its demand, kept its renewal queued ran dry until a
+// refusal hurried it, and gave 193 (refillsAhead in internal/lease).
 func TestFreshKeyBurst(t *testing.T) {
 	r := RunScenario(1, oneFreshKey(t))
-	if r.Stats.Admitted < 190 || len(r.Violations) > 0 {
-		t.Fatalf("%d of the first 200 admitted, want at least 190:\n%s", r.Stats.Admitted, r)
+	if r.Stats.Admitted < 195 || len(r.Violations) > 0 {
+		t.Fatalf("%d of the first 200 admitted, want at least 195 (the target is 190):\n%s", r.Stats.Admitted, r)
 	}
 	t.Logf("%d of the first 200 admitted", r.Stats.Admitted)
 }
