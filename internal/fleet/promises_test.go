@@ -78,8 +78,7 @@ func TestChurn(t *testing.T) {
 // whole burst and nothing else spends it; the key's first request waits
 // for its first lease (a round trip), and its leases must then grow as
 // fast as it asks. The round trip is the simulator's, 1 ms. It runs alone:
-// a millisecond's pace is what other fleets' load would disturb (185 of
-// 200 beside the light runs, 188-190 alone, in the same code).
+// a millisecond's pace is what other fleets' load would disturb.
 func TestFreshKeyBurst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet run")
@@ -109,9 +108,10 @@ func TestFreshKeyBurst(t *testing.T) {
 	t.Logf("%d of the first 200 admitted, asked 1 ms apart (over %v); admitted by mode %v",
 		admitted, time.Since(start).Round(time.Millisecond), modes)
 	if admitted < 190 {
-		// A millisecond's pace is this machine's: the simulator's
-		// TestFreshKeyBurst holds the target on a clock of its own (193).
-		t.Logf("SHORT OF TARGET, known: %d of the first 200 admitted, target 190 (189-190 over runs on 2 cores)", admitted)
+		// (195 in three runs beside a simulator sweep; 188-190 before a key
+		// whose share is a trickle asked ahead when it ran low. The
+		// simulator's TestFreshKeyBurst holds it on a clock of its own.)
+		t.Errorf("%d of the first 200 admitted, want at least 190", admitted)
 	}
 }
 
