@@ -163,7 +163,7 @@ func (k *KeyLease) idle(now mono) bool {
 	if k.table.gone.Load() {
 		return k.req.inFlight == nil
 	}
-	if k.req.inFlight != nil || k.req.unacked != nil || k.is(bitQueued) || k.owes() || k.heldBelow.Load() > 0 || k.ownerBusy() {
+	if k.req.inFlight != nil || k.req.unacked != nil || k.is(bitQueued) || k.owes() || k.heldBelow() > 0 || k.ownerBusy() {
 		return false
 	}
 	// A window key stays while its lease may be in force: the store counts

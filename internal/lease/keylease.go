@@ -19,21 +19,19 @@ const left = math.MinInt64 / 2
 // state machine that the Core drives (phase.go); the atomics are what the
 // hot path and callers' decisions read of it.
 type KeyLease struct {
-	tokens    atomic.Int64  // spendable leased tokens; < 0 once it left
-	gen       atomic.Uint64 // bumped when tokens die with their lease, or a span they were charged to goes (Give)
-	low       atomic.Int64  // the watermark: below it a refill is asked for
-	bits      atomic.Uint32 // queued, asleep (hot.go)
-	demand    atomic.Int64  // asked of the key and not taken from its lease: the rate estimate's
-	holders   atomic.Int32  // the allocator's last count of the key's holders
-	fallbackN atomic.Int32  // what the allocator last told its fallback to divide by, at least; 0: not told
-	usingN    atomic.Int32  // what its owner says its fallback may still use, as a divisor; 0: what it was told (SetUsing)
-	heldBelow atomic.Int64  // what its owner says others hold of what it lent them (SetHeldBelow)
-	owned     atomic.Uint64 // 1 + the bits of what its owner says its demand is, tokens/s (SetDemand); 0: unsaid
-	liveUntil atomic.Int64  // the mono at which its oldest leased tokens die, any rule; 0: none (live.go)
-	notBefore atomic.Int64  // the mono before which no refill leaves
-	served    atomic.Int64  // the mono the newest lease ends at, at the latest; 0: never answered
-	central   atomic.Int64  // what the allocator had left after the key's last grant
-	debt      atomic.Int64  // settled costs beyond what it held, not yet paid or reported (debt.go)
+	tokens    atomic.Int64              // spendable leased tokens; < 0 once it left
+	gen       atomic.Uint64             // bumped when tokens die with their lease, or a span they were charged to goes (Give)
+	low       atomic.Int64              // the watermark: below it a refill is asked for
+	bits      atomic.Uint32             // queued, asleep (hot.go)
+	demand    atomic.Int64              // asked of the key and not taken from its lease: the rate estimate's
+	holders   atomic.Int32              // the allocator's last count of the key's holders
+	fallbackN atomic.Int32              // what the allocator last told its fallback to divide by, at least; 0: not told
+	owner     atomic.Pointer[ownerSays] // what its owner says of it (owner.go); nil: a node's own key
+	liveUntil atomic.Int64              // the mono at which its oldest leased tokens die, any rule; 0: none (live.go)
+	notBefore atomic.Int64              // the mono before which no refill leaves
+	served    atomic.Int64              // the mono the newest lease ends at, at the latest; 0: never answered
+	central   atomic.Int64              // what the allocator had left after the key's last grant
+	debt      atomic.Int64              // settled costs beyond what it held, not yet paid or reported (debt.go)
 	// fallback is the key's allowance while the allocator cannot be
 	// reached: made by the first decision that needs it, closed by the
 	// grant that follows.
@@ -111,68 +109,6 @@ func (k *KeyLease) syncSpendBy() {
 // divide the rule by, at least (Grant.FallbackNodes), 0 if it did not say:
 // Decide divides by no fewer, whatever the fleet's count.
 func (k *KeyLease) FallbackNodes() int { return int(k.fallbackN.Load()) }
-
-// SetUsing says that the key's fallback may still admit, until the owner
-// says otherwise, as much as dividing the rule by n would: a region whose
-// nodes were told their parts of an older, larger part of the rule. Its
-// requests then say the smaller of n and what the allocator told it, so
-// that the allocator counts it at what it may use, not at what it was
-// last told (docs/bounds.md, rule 5). 0: what it was told.
-func (k *KeyLease) SetUsing(n int) { k.usingN.Store(int32(min(max(n, 0), math.MaxInt32))) }
-
-// SetHeldBelow says that n tokens the key's owner lent on out of its
-// lease are still held unspent below it (a region's nodes): its requests
-// say them held beside its own, so that the allocator's bucket refills
-// only the room they leave (docs/bounds.md, rule 6), and say that it has
-// held no more than that only from the request on (the owner does not
-// know when they were spent). The key does not leave while they are held.
-func (k *KeyLease) SetHeldBelow(n int64) { k.heldBelow.Store(max(n, 0)) }
-
-// SetDemand says that the key's demand is rate tokens a second, as its
-// owner measures it (a region: the sum of what its nodes say they are
-// asked, LeaseRequest.demand), rather than what is taken from the key:
-// an owner that lends on what it takes is asked in batches, refused ones
-// again and again, which says nothing of its callers' rate. The key's
-// requests then ask for a share of the rate by it and say it as their
-// demand, and the key is not quiet while it is above zero. A share
-// asleep wakes, to be renewed by it. A rate below zero (or NaN) takes back
-// what the owner said: the key measures its own demand again.
-func (k *KeyLease) SetDemand(rate float64) {
-	if !(rate >= 0) {
-		k.owned.Store(0)
-	} else {
-		k.owned.Store(1 + math.Float64bits(rate))
-	}
-	if k.is(bitAsleep) {
-		k.WantRefill() // (wakes it: sleep.go)
-	}
-}
-
-// ownerBusy reports whether the key's owner says it has demand.
-func (k *KeyLease) ownerBusy() bool {
-	d, ok := k.ownerDemand()
-	return ok && d > 0
-}
-
-// ownerDemand is what the key's owner last said its demand is (SetDemand),
-// ok false when it said nothing.
-func (k *KeyLease) ownerDemand() (rate float64, ok bool) {
-	v := k.owned.Load()
-	if v == 0 {
-		return 0, false
-	}
-	return math.Float64frombits(v - 1), true
-}
-
-// saysFallbackNodes is what the key's requests say its fallback divides
-// by: what it was told, or what its owner says it still uses, if fewer.
-func (k *KeyLease) saysFallbackNodes() int {
-	told, using := k.FallbackNodes(), int(k.usingN.Load())
-	if using > 0 && (told == 0 || using < told) {
-		return using
-	}
-	return told
-}
 
 // Tokens is the number of leased tokens held now.
 func (k *KeyLease) Tokens() int64 { return max(k.tokens.Load(), 0) }

@@ -58,7 +58,7 @@ func (k *KeyLease) request(e *env, now mono) *flight {
 		}
 		k.req.spentAt = now
 		f.held = max(k.tokens.Load(), fullAt) + f.returned
-		if below := k.heldBelow.Load(); below > 0 {
+		if below := k.heldBelow(); below > 0 {
 			f.held += below
 			f.heldFor = 0
 		}
