@@ -105,8 +105,8 @@ type ruleKey struct{ rule, key string }
 // first request) no more than the rate divided by the count: the first
 // node of a cold fleet counts itself alone when it fetches the rules, and
 // the store, which lends a share to whoever asks first, would lend it the
-// whole rate and the others nothing until it renews (docs/bounds.md, "A
-// cold start"). A measured want is left as it is.
+// whole rate and the others nothing until it renews (docs/design.md,
+// "Leases"). A measured want is left as it is.
 func divideFirstAsks(reqs []store.AcquireRequest, lrs []*allotv1.LeaseRequest, nodes uint32) {
 	for i, lr := range lrs {
 		if said := lr.GetWantRateNodes(); said > 0 && nodes > said && reqs[i].WantRate > 0 {
